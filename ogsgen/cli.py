@@ -1,0 +1,104 @@
+"""Command line: ``ogsgen build | list | show``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ._resources import data_dir
+from ._version import __version__
+from .codegen.build import build, check, select
+from .codegen.render import render_variant
+from .errors import OgsgenError
+from .spec.catalog import default_catalog, load_catalog_file
+from .spec.variant import canonical_name
+
+
+def _catalog(args):
+    return load_catalog_file(args.spec) if args.spec else default_catalog()
+
+
+def _progress(done: int, total: int, name: str) -> None:
+    if sys.stderr.isatty():
+        end = "\n" if done == total else ""
+        sys.stderr.write(f"\r\x1b[2K[{done:>{len(str(total))}}/{total}] {name}{end}")
+        sys.stderr.flush()
+
+
+def _cmd_build(args) -> int:
+    if args.spec and not args.out:
+        raise OgsgenError("--spec needs --out DIR: user kernels go to a folder of your own, not into the package")
+    catalog = _catalog(args)
+    out = Path(args.out) if args.out else data_dir("generated")
+    if args.check:
+        report = check(catalog, out, args.only)
+        for label, names in (("stale", report.stale), ("missing", report.missing), ("extra", report.extra)):
+            for name in names:
+                print(f"{label}: {out / name}")
+        if not report.ok:
+            print(f"ogsgen build --check: {out} does not match catalog {catalog.name}; run `ogsgen build"
+                  f"{' --spec ' + args.spec if args.spec else ''}{' --out ' + args.out if args.out else ''}`")
+            return 1
+        print(f"ogsgen build --check: {out} is up to date ({len(select(catalog, args.only))} variants)")
+        return 0
+    report = build(catalog, out, args.only, dry_run=args.dry_run, progress=_progress)
+    verb = "would write" if args.dry_run else "wrote"
+    for name in report.written:
+        print(f"{verb} {out / name}")
+    print(f"{catalog.name}: {verb} {len(report.written)} file(s), {len(report.unchanged)} unchanged, in {out}")
+    return 0
+
+
+def _cmd_list(args) -> int:
+    for variant in select(_catalog(args), args.only):
+        print(canonical_name(variant))
+    return 0
+
+
+def _cmd_show(args) -> int:
+    catalog = _catalog(args)
+    variants = catalog.by_name()
+    if args.name not in variants:
+        raise OgsgenError(f"show: no variant named {args.name!r} in catalog {catalog.name}; `ogsgen list` shows them")
+    sys.stdout.write(render_variant(variants[args.name], catalog.name).source)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ogsgen", description="Generate specialized Triton MoE matmul kernels.")
+    p.add_argument("--version", action="version", version=f"ogsgen {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def add_catalog_args(cmd):
+        cmd.add_argument("--spec", metavar="FILE", help="a user catalog file (Python, defines VARIANTS); "
+                                                        "default: the embedded catalog")
+        cmd.add_argument("--only", metavar="GLOB", help="only variants whose canonical name matches the glob, "
+                                                        "e.g. 'ogs_matmul_xbf16_*_act_swiglu'")
+
+    b = sub.add_parser("build", help="render kernels into a folder with a manifest")
+    add_catalog_args(b)
+    b.add_argument("--out", metavar="DIR", help="output folder (default: the package's generated/)")
+    b.add_argument("--check", action="store_true", help="render in memory; exit 1 naming stale, missing and "
+                                                         "extra files")
+    b.add_argument("--dry-run", action="store_true", help="report what would be written, write nothing")
+    b.set_defaults(run=_cmd_build)
+    ls = sub.add_parser("list", help="list the canonical names of a catalog's variants")
+    add_catalog_args(ls)
+    ls.set_defaults(run=_cmd_list)
+    show = sub.add_parser("show", help="print the generated source of one variant")
+    show.add_argument("name")
+    show.add_argument("--spec", metavar="FILE", help="a user catalog file")
+    show.set_defaults(run=_cmd_show)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except OgsgenError as exc:
+        print(f"ogsgen: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into `head` and friends
+        sys.stderr.close()
+        return 0

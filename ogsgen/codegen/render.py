@@ -1,0 +1,115 @@
+"""Render one kernel variant to Triton source."""
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jinja2
+import jinja2.meta
+
+from .._resources import data_dir
+from .._version import __version__
+from ..spec.variant import KernelVariant, canonical_name
+
+_TL_DTYPE = {"bf16": "tl.bfloat16", "fp16": "tl.float16", "fp32": "tl.float32"}
+
+# Kernel parameter prefixes of closure-function arguments: they keep user argument names from
+# colliding with the kernel's own parameters (N, K, ...).
+ARG_PREFIX = {"activation": "act_", "epilogue": "epi_"}
+
+
+def pyliteral(value, indent: int = 0) -> str:
+    """A Python literal for nested dicts/lists of scalars, with stable key order and 4-space indents."""
+    pad, inner = " " * indent, " " * (indent + 4)
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{k!r}: {pyliteral(value[k], indent + 4)}," for k in sorted(value)]
+        return "{\n" + "\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, (list, tuple)) and value:
+        return "[" + ", ".join(pyliteral(v, indent) for v in value) + "]"
+    return repr(value)
+
+
+@lru_cache(maxsize=None)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["pyliteral"] = pyliteral
+    return env
+
+
+def _template_closure(name: str) -> set[str]:
+    """A template and every template it imports or includes, transitively."""
+    env, todo, seen = environment(), [name], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        source = env.loader.get_source(env, current)[0]
+        todo.extend(t for t in jinja2.meta.find_referenced_templates(env.parse(source)) if t)
+    return seen
+
+
+@lru_cache(maxsize=None)
+def template_sha256(name: str) -> str:
+    env, digest = environment(), hashlib.sha256()
+    for template in sorted(_template_closure(name)):
+        digest.update(f"{template}\0{env.loader.get_source(env, template)[0]}\0".encode())
+    return digest.hexdigest()
+
+
+def expected_provenance(variant: KernelVariant) -> dict:
+    """What a current build of ``variant`` records about its inputs (checked by the loader)."""
+    return {
+        "template": variant.template,
+        "template_sha256": template_sha256(variant.template),
+        "functions": {kind: spec.source_hash for kind, spec in variant.functions().items()},
+    }
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+    name: str
+    variant: KernelVariant
+    source: str
+    provenance: dict
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.py"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+    def manifest_entry(self) -> dict:
+        return {"path": self.filename, "sha256": self.sha256, "spec": self.variant.describe(), **self.provenance}
+
+
+def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
+    variant.check_supported()
+    name = canonical_name(variant)
+    provenance = {"ogsgen_version": __version__, "catalog": catalog_name, "variant": name,
+                  **expected_provenance(variant)}
+    fn_args = {kind: [ARG_PREFIX[kind] + a for a in spec.fn_arg_names] for kind, spec in variant.functions().items()}
+    do_not_specialize = sorted(ARG_PREFIX[kind] + a for kind, spec in variant.functions().items()
+                               for a in spec.fn_arg_do_not_specialize)
+    source = environment().get_template(variant.template).render(
+        variant=variant,
+        name=name,
+        provenance=provenance,
+        act_args=fn_args.get("activation", []),
+        epi_args=fn_args.get("epilogue", []),
+        do_not_specialize=do_not_specialize,
+        y_tl_dtype=_TL_DTYPE[variant.y.element],
+    )
+    ast.parse(source, filename=f"{name}.py")  # a template bug must fail here, not at import time
+    return RenderedKernel(name, variant, source, provenance)

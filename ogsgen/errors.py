@@ -1,0 +1,29 @@
+"""Exceptions raised by ogsgen. Each message names the offending argument and says how to fix it."""
+
+
+class OgsgenError(Exception):
+    """Base class of every error ogsgen raises on purpose."""
+
+
+class SpecError(OgsgenError, ValueError):
+    """A function, format, variant or catalog description is invalid."""
+
+
+class CatalogError(SpecError):
+    """A catalog file cannot be loaded or does not describe kernel variants."""
+
+
+class UnsupportedError(OgsgenError, NotImplementedError):
+    """The requested combination is valid in the spec but has no code path (yet)."""
+
+
+class VariantNotBuiltError(OgsgenError, LookupError):
+    """A call needs a kernel variant that no search-path directory holds."""
+
+
+class StaleKernelError(OgsgenError, RuntimeError):
+    """A generated kernel file no longer matches today's templates or function sources."""
+
+
+class InapplicableConstraint(OgsgenError, ValueError):
+    """An opt-flags constraint cannot be honoured for this call."""

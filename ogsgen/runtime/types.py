@@ -1,0 +1,118 @@
+"""The argument types of ``matmul_ogs``, with triton_kernels' names and fields."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import triton
+
+from ..errors import SpecError
+from ..spec.functions import FnSpecs
+
+
+@dataclass
+class GatherIndx:
+    """Rows gathered into expert-sorted order: sorted row p reads x row ``src_indx[p] // n_expts_act``."""
+    src_indx: torch.Tensor
+    dst_indx: torch.Tensor
+
+
+@dataclass
+class ScatterIndx:
+    """Rows scattered back: sorted row p writes token ``dst_indx[p] // n_expts_act``."""
+    src_indx: torch.Tensor
+    dst_indx: torch.Tensor
+
+
+@dataclass
+class RoutingData:
+    gate_scal: torch.Tensor | None
+    expt_hist: torch.Tensor | None
+    n_expts_tot: int
+    n_expts_act: int
+    expt_data: object = None
+    expected_tokens_per_expt: int | None = None
+
+    def n_blocks(self, n_rows: int, block_m: int) -> int:
+        """Host-side upper bound of the number of BLOCK_M row tiles over all experts."""
+        if n_rows <= self.n_expts_tot:
+            return n_rows
+        return triton.cdiv(max(n_rows - self.n_expts_tot + 1, 0), block_m) + self.n_expts_tot - 1
+
+
+@dataclass(frozen=True)
+class InFlexData:
+    dtype: torch.dtype | None = None
+    scale: torch.Tensor | None = None
+
+    @property
+    def is_per_batch(self) -> bool:
+        return self.scale is not None and self.scale.numel() > 1
+
+
+@dataclass(frozen=True)
+class OutFlexData:
+    dtype: torch.dtype | None = None
+    expected_scale: torch.Tensor | None = None
+    actual_scale: torch.Tensor | None = None
+    checksum_scale: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class FlexCtx:
+    lhs_data: InFlexData = InFlexData()
+    rhs_data: InFlexData = InFlexData()
+    out_data: OutFlexData = OutFlexData()
+    acc_data: InFlexData = InFlexData()
+
+
+@dataclass
+class PrecisionConfig:
+    max_num_imprecise_acc: int | None = None
+    allow_tf32: bool = True
+    flex_ctx: FlexCtx = field(default_factory=FlexCtx)
+    acc_scale: float = 1.0
+    flexpoint_saturate_inf: bool = False
+    report_quantization_err_fn: object = None
+    act_scale: torch.Tensor | None = None
+    weight_scale: torch.Tensor | None = None
+    out_scale: torch.Tensor | None = None
+    out_dtype: torch.dtype | None = None
+    enforce_bitwise_invariance: bool = False
+
+
+def _check_fn_args(kind: str, specs: FnSpecs, values: tuple, argument: str) -> None:
+    if not isinstance(specs, FnSpecs):
+        raise SpecError(f"{argument}: specs must be an FnSpecs (from ogsgen.register_{kind}), "
+                        f"got {type(specs).__name__}")
+    if specs.is_default:
+        if values:
+            raise SpecError(f"{argument} has values {values!r} but no function")
+        return
+    specs.check_signature(kind)
+    if len(values) != len(specs.fn_arg_names):
+        raise SpecError(f"{argument}: {specs.name} takes {len(specs.fn_arg_names)} argument(s) "
+                        f"{specs.fn_arg_names}, got {len(values)} value(s) {tuple(values)!r}")
+
+
+@dataclass(frozen=True)
+class FusedActivation:
+    specs: FnSpecs = field(default_factory=FnSpecs.default)
+    fn_args: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "fn_args", tuple(self.fn_args))
+        _check_fn_args("activation", self.specs, self.fn_args, "FusedActivation.fn_args")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    specs: FnSpecs = field(default_factory=FnSpecs.default)
+    fn_arg_values_matmul: tuple = ()
+    fn_arg_values_finalize: tuple = ()
+    effective_itemsize: float | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "fn_arg_values_matmul", tuple(self.fn_arg_values_matmul))
+        object.__setattr__(self, "fn_arg_values_finalize", tuple(self.fn_arg_values_finalize))
+        _check_fn_args("epilogue", self.specs, self.fn_arg_values_matmul, "Epilogue.fn_arg_values_matmul")

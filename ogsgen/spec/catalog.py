@@ -1,0 +1,116 @@
+"""Catalogs: the lists of kernel variants that ``ogsgen build`` renders.
+
+The embedded default catalog holds the variants real users need. A user catalog is a Python
+file that registers its own functions and defines ``VARIANTS``, an iterable of
+:class:`KernelVariant`::
+
+    # my_kernels.py
+    import triton, triton.language as tl
+    import ogsgen
+    from ogsgen.spec import BF16, KernelVariant
+
+    @ogsgen.register_activation(arg_names=("beta",))
+    @triton.jit
+    def scaled_relu(tile, beta):
+        return tl.maximum(tile, 0.0) * beta
+
+    VARIANTS = [KernelVariant(BF16, BF16, BF16, bias=True, activation=scaled_relu)]
+
+Build it with ``ogsgen build --spec my_kernels.py --out my_build``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CatalogError, OgsgenError
+from .formats import BF16, FP16, FP32
+from .variant import FEATURES, KernelVariant, canonical_name
+
+DEFAULT_CATALOG_NAME = "ogsgen:default"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    name: str
+    variants: tuple[KernelVariant, ...]
+
+    def by_name(self) -> dict[str, KernelVariant]:
+        return {canonical_name(v): v for v in self.variants}
+
+
+def variant_product(formats, activations=(None,), epilogues=(None,), family="matmul", **feature_choices):
+    """Every combination of (x, w, y) formats, activations, epilogues and feature values.
+
+    ``feature_choices`` maps a feature name to the values to combine, e.g. ``bias=(False, True)``.
+    Combinations the spec rejects (betas without bias) are skipped.
+    """
+    unknown = set(feature_choices) - set(FEATURES)
+    if unknown:
+        raise CatalogError(f"variant_product: unknown features {sorted(unknown)}; known: {FEATURES}")
+    names = sorted(feature_choices)
+    variants = []
+    for (x, w, y), act, epi, values in itertools.product(
+            formats, activations, epilogues, itertools.product(*(feature_choices[n] for n in names))):
+        features = dict(zip(names, values))
+        if features.get("betas") and not features.get("bias"):
+            continue
+        variants.append(KernelVariant(x, w, y, family=family, activation=act, epilogue=epi, **features))
+    return variants
+
+
+def default_catalog() -> Catalog:
+    from ..builtins import swiglu
+
+    dense_formats = [(BF16, BF16, BF16), (FP16, FP16, FP16), (FP32, FP32, FP32),
+                     (BF16, BF16, FP32), (FP16, FP16, FP32)]
+    dense = variant_product(dense_formats, activations=(None, swiglu), bias=(False, True), gammas=(False, True))
+    return Catalog(DEFAULT_CATALOG_NAME, _unique(dense, DEFAULT_CATALOG_NAME))
+
+
+def _unique(variants, source) -> tuple[KernelVariant, ...]:
+    seen = {}
+    for i, variant in enumerate(variants):
+        if not isinstance(variant, KernelVariant):
+            raise CatalogError(f"{source}: VARIANTS[{i}] is a {type(variant).__name__}, not a KernelVariant")
+        seen.setdefault(canonical_name(variant), variant)
+    return tuple(seen[name] for name in sorted(seen))
+
+
+def load_catalog_file(path: str | os.PathLike) -> Catalog:
+    """Import a user catalog file and return the variants it declares."""
+    path = Path(path)
+    if not path.is_file():
+        raise CatalogError(f"--spec {path}: no such file; give the path of a Python file that defines VARIANTS")
+    if path.suffix != ".py":
+        raise CatalogError(f"--spec {path}: a catalog is a Python file (*.py) that defines VARIANTS")
+    module_name = path.stem
+    existing = sys.modules.get(module_name)
+    if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() == path.resolve():
+        module = existing
+    else:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except OgsgenError as exc:
+            sys.modules.pop(module_name, None)
+            raise CatalogError(f"--spec {path}: {exc}") from exc
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            raise CatalogError(f"--spec {path}: importing the catalog failed with "
+                               f"{type(exc).__name__}: {exc}") from exc
+    variants = getattr(module, "VARIANTS", None)
+    if variants is None:
+        raise CatalogError(f"--spec {path}: the file defines no VARIANTS; add VARIANTS = [KernelVariant(...), ...]")
+    try:
+        variants = list(variants)
+    except TypeError:
+        raise CatalogError(f"--spec {path}: VARIANTS must be a list of KernelVariant, "
+                           f"got {type(variants).__name__}") from None
+    return Catalog(path.name, _unique(variants, f"--spec {path}"))

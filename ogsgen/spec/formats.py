@@ -1,0 +1,108 @@
+"""Numeric formats of x, w and y.
+
+A format is an element type plus how it is scaled:
+
+* ``none``: plain values (bf16, fp16, fp32);
+* ``flexpoint``: fp8 values times one fp32 scale per tensor (or per expert for w);
+* ``block_e8m0``: values (fp8, or fp4 e2m1 packed two per byte) times a power-of-two e8m0
+  scale shared by ``block_size`` consecutive elements along K.
+
+``layout`` names how values (and block scales) are arranged in memory: ``strided`` is an
+ordinary torch tensor; swizzled layouts for Hopper's in-register fp4 upcast are further names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import SpecError
+
+SCALINGS = ("none", "flexpoint", "block_e8m0")
+LAYOUTS = ("strided", "hopper_value")
+
+# element name -> (torch storage dtype, bits per element)
+ELEMENTS = {
+    "bf16": (torch.bfloat16, 16),
+    "fp16": (torch.float16, 16),
+    "fp32": (torch.float32, 32),
+    "e4m3": (torch.float8_e4m3fn, 8),
+    "e5m2": (torch.float8_e5m2, 8),
+    "e2m1": (torch.uint8, 4),
+}
+
+
+@dataclass(frozen=True)
+class NumericFormat:
+    element: str
+    scaling: str = "none"
+    block_size: int = 0
+    layout: str = "strided"
+
+    def __post_init__(self):
+        if self.element not in ELEMENTS:
+            raise SpecError(f"format element must be one of {sorted(ELEMENTS)}, got {self.element!r}")
+        if self.scaling not in SCALINGS:
+            raise SpecError(f"format scaling must be one of {SCALINGS}, got {self.scaling!r}")
+        if self.layout not in LAYOUTS:
+            raise SpecError(f"format layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if (self.scaling == "block_e8m0") != (self.block_size > 0):
+            raise SpecError(f"format {self.element}: block_size is set exactly when scaling is 'block_e8m0'")
+        if self.element == "e2m1" and self.scaling != "block_e8m0":
+            raise SpecError("e2m1 (fp4) values need block_e8m0 scales (use MXFP4)")
+        if self.scaling == "flexpoint" and self.bits != 8:
+            raise SpecError(f"flexpoint scaling applies to fp8 elements, not {self.element}")
+
+    @property
+    def bits(self) -> int:
+        return ELEMENTS[self.element][1]
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The dtype of the tensor that stores the values (uint8 for packed fp4)."""
+        return ELEMENTS[self.element][0]
+
+    @property
+    def name(self) -> str:
+        """Short name used inside canonical kernel names."""
+        if self.scaling == "block_e8m0":
+            base = "mxfp4" if self.element == "e2m1" else f"mxfp8{self.element}"
+        elif self.scaling == "flexpoint":
+            base = f"fp8{self.element}"
+        else:
+            base = self.element
+        return base if self.layout == "strided" else f"{base}{self.layout.replace('_', '')}"
+
+    def describe(self) -> dict:
+        return {"element": self.element, "scaling": self.scaling, "block_size": self.block_size,
+                "layout": self.layout}
+
+
+BF16 = NumericFormat("bf16")
+FP16 = NumericFormat("fp16")
+FP32 = NumericFormat("fp32")
+FP8_E4M3 = NumericFormat("e4m3", "flexpoint")
+FP8_E5M2 = NumericFormat("e5m2", "flexpoint")
+MXFP4 = NumericFormat("e2m1", "block_e8m0", 32)
+MXFP8_E4M3 = NumericFormat("e4m3", "block_e8m0", 32)
+MXFP8_E5M2 = NumericFormat("e5m2", "block_e8m0", 32)
+
+BY_NAME = {f.name: f for f in (BF16, FP16, FP32, FP8_E4M3, FP8_E5M2, MXFP4, MXFP8_E4M3, MXFP8_E5M2)}
+
+_PLAIN_BY_DTYPE = {torch.bfloat16: BF16, torch.float16: FP16, torch.float32: FP32}
+
+
+def format_named(name: str) -> NumericFormat:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise SpecError(f"unknown format {name!r}; known formats: {sorted(BY_NAME)}") from None
+
+
+def plain_format_of(dtype: torch.dtype, argument: str) -> NumericFormat:
+    """The unscaled format of a torch dtype, or an error naming the argument."""
+    try:
+        return _PLAIN_BY_DTYPE[dtype]
+    except KeyError:
+        raise SpecError(f"{argument} has dtype {dtype}; supported dtypes here are bfloat16, float16 and "
+                        f"float32 (fp8 and mx formats need a PrecisionConfig with scales)") from None
