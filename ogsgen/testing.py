@@ -1,0 +1,28 @@
+"""Numeric comparison used by the tests, and offered to users testing their own functions."""
+import torch
+
+
+def assert_close(ref: torch.Tensor, actual: torch.Tensor, maxtol: float = 2e-2, rmstol: float = 4e-3,
+                 what: str = "result") -> None:
+    """Compare ``actual`` with ``ref`` in float64, relative to the reference's magnitude.
+
+    max |actual - ref| / max |ref| <= maxtol and rms(actual - ref) / rms(ref) <= rmstol. A NaN or
+    inf where the reference is finite always fails, so a poisoned, unwritten output cannot pass.
+    """
+    if ref.shape != actual.shape:
+        raise AssertionError(f"{what}: shape {tuple(actual.shape)} != reference shape {tuple(ref.shape)}")
+    ref, actual = ref.double(), actual.double()
+    bad = torch.isfinite(ref) & ~torch.isfinite(actual)
+    if bad.any():
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} non-finite values where the reference is finite "
+                             f"(first at {first}: {actual[first].item()})")
+    if ref.numel() == 0:
+        return
+    diff = actual - ref
+    scale = ref.abs().max().clamp_min(torch.finfo(torch.float32).tiny)
+    max_err = (diff.abs().max() / scale).item()
+    rms_err = (diff.pow(2).mean().sqrt() / ref.pow(2).mean().sqrt().clamp_min(1e-300)).item()
+    if max_err > maxtol or rms_err > rmstol:
+        raise AssertionError(f"{what}: max error {max_err:.3g} (limit {maxtol:g}), rms error {rms_err:.3g} "
+                             f"(limit {rmstol:g})")

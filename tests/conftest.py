@@ -1,0 +1,36 @@
+"""Test set-up: without a GPU, kernels run through Triton's CPU interpreter (with its known defects
+patched, see interpreter_fixes.py); with one, the same tests run on the GPU."""
+import os
+import zlib
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from interpreter_fixes import install
+
+    install()
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device():
+    return "cuda" if HAS_CUDA else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_seed(request):
+    # Fresh random inputs per case, reproducible from the test id.
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))

@@ -1,0 +1,97 @@
+"""Every default dense variant and the custom-function variants against matmul_ogs_torch."""
+from pathlib import Path
+
+import pytest
+import torch
+
+import ogsgen
+from ogsgen.codegen import build
+from ogsgen.spec import canonical_name, default_catalog, load_catalog_file
+from cases import run_case
+
+DEFAULT = default_catalog().by_name()
+CUSTOM_CATALOG = Path(__file__).parent / "catalogs" / "custom_catalog.py"
+SMALL_BLOCKS = dict(block_m=16, block_n=32, block_k=16)
+
+
+@pytest.fixture(scope="module")
+def custom_variants(tmp_path_factory):
+    catalog = load_catalog_file(CUSTOM_CATALOG)
+    out = tmp_path_factory.mktemp("custom_build")
+    build(catalog, out)
+    ogsgen.add_search_path(out)
+    return catalog.by_name()
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULT))
+def test_default_variant(name, device):
+    # Shapes that are not multiples of any block size; one launch with default flags, one with
+    # small blocks so that many tiles, the GROUP_M ordering and the ragged K tail are exercised.
+    run_case(DEFAULT[name], 37, 72, 50, device, allow_tf32=False)
+    with ogsgen.opt_flags_constraints(**SMALL_BLOCKS):
+        run_case(DEFAULT[name], 70, 198, 61, device, out_alpha=0.75, allow_tf32=False)
+
+
+def test_custom_variants(custom_variants, device):
+    for name, variant in sorted(custom_variants.items()):
+        with ogsgen.opt_flags_constraints(**SMALL_BLOCKS):
+            run_case(variant, 45, 66, 40, device)
+
+
+@pytest.mark.parametrize("name", ["ogs_matmul_xbf16_wbf16_ybf16_bias", "ogs_matmul_xfp16_wfp16_yfp16_act_swiglu",
+                                  "ogs_matmul_xfp32_wfp32_yfp32_bias_gammas"])
+@pytest.mark.parametrize("x_t,w_t,y_t", [(False, False, False), (True, False, False), (False, True, False),
+                                         (False, False, True), (True, True, True)])
+def test_major_orders(name, x_t, w_t, y_t, device):
+    run_case(DEFAULT[name], 33, 40, 24, device, x_transposed=x_t, w_transposed=w_t, y_transposed=y_t,
+             allow_tf32=False)
+
+
+@pytest.mark.parametrize("name", ["ogs_matmul_xbf16_wbf16_ybf16", "ogs_matmul_xfp16_wfp16_yfp32_bias_act_swiglu",
+                                  "ogs_matmul_xfp32_wfp32_yfp32_bias"])
+def test_batched(name, device):
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=16, block_k=16):
+        run_case(DEFAULT[name], 20, 34, 19, device, batch=3, allow_tf32=False)
+
+
+def test_batched_shared_bias(device):
+    x = torch.randn(2, 5, 8, device=device, dtype=torch.float16)
+    w = torch.randn(2, 8, 6, device=device, dtype=torch.float16)
+    bias = torch.randn(6, device=device)
+    y = ogsgen.matmul_ogs(x, w, bias)
+    ref = torch.stack([x[b].float() @ w[b].float() + bias for b in range(2)])
+    torch.testing.assert_close(y.float(), ref, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("m,n,k", [(0, 5, 7), (5, 0, 7), (0, 0, 0)])
+@pytest.mark.parametrize("batch", [None, 3])
+def test_zero_size_output(m, n, k, batch, device):
+    lead = (batch,) if batch else ()
+    x = torch.randn(lead + (m, k), device=device, dtype=torch.float16)
+    w = torch.randn(lead + (k, n), device=device, dtype=torch.float16)
+    y = ogsgen.matmul_ogs(x, w, None)
+    assert y.shape == lead + (m, n) and y.dtype == torch.float16
+
+
+@pytest.mark.parametrize("batch", [None, 2])
+def test_zero_reduction_dim_gives_bias(batch, device):
+    lead = (batch,) if batch else ()
+    x = torch.randn(lead + (7, 0), device=device, dtype=torch.bfloat16)
+    w = torch.randn(lead + (0, 9), device=device, dtype=torch.bfloat16)
+    bias = torch.randn(lead + (9,), device=device)
+    y = ogsgen.matmul_ogs(x, w, bias, out_alpha=2.0)
+    ref = (2.0 * bias).to(torch.bfloat16)
+    expected = ref.unsqueeze(-2).expand(lead + (7, 9))
+    assert torch.equal(y, expected)
+
+
+def test_zero_reduction_dim_with_transposed_empty_x(device):
+    x = torch.randn(0, 16, device=device, dtype=torch.bfloat16).T  # (16, 0), column-major view
+    w = torch.randn(0, 32, device=device, dtype=torch.bfloat16)
+    bias = torch.randn(32, device=device)
+    y = ogsgen.matmul_ogs(x, w, bias)
+    assert torch.equal(y, bias.to(torch.bfloat16).expand(16, 32))
+
+
+def test_canonical_names_cover_the_catalog():
+    assert all(canonical_name(v) == name for name, v in DEFAULT.items())
