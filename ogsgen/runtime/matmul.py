@@ -87,6 +87,7 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     _reject_unsupported(routing_data, gather_indx, scatter_indx, fused_comm, y_acc_in, inner_routing_data, pc)
     _check_tensor(x, "x", ndims=(2, 3))
     _check_tensor(w, "w", ndims=(2, 3))
+    plain_format_of(x.dtype, "x")
     batched = x.ndim == 3
     if batched and (w.ndim != 3 or w.shape[0] != x.shape[0]):
         raise SpecError(f"batched x of shape {tuple(x.shape)} needs w of shape (B={x.shape[0]}, K, N), "

@@ -1,0 +1,224 @@
+"""The CLI (build / list / show, --check, --only, --dry-run), catalogs, and the runtime loader."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import ogsgen
+from ogsgen.cli import main
+from ogsgen.runtime import loader
+from ogsgen.spec import BF16, FP16, KernelVariant, canonical_name
+
+HERE = Path(__file__).parent
+CUSTOM_CATALOG = HERE / "catalogs" / "custom_catalog.py"
+BETAS_VARIANT = "ogs_matmul_xfp16_wfp16_yfp16_bias_betas"  # in no catalog
+
+
+@pytest.fixture
+def isolated_loader(monkeypatch, tmp_path):
+    """A loader that sees only the package's generated/ plus what the test adds."""
+    monkeypatch.setattr(loader, "_extra_dirs", [])
+    monkeypatch.setattr(loader, "_kernels", {})
+    monkeypatch.setattr(loader, "_on_demand", None)
+    monkeypatch.delenv("OGSGEN_PATH", raising=False)
+    monkeypatch.delenv("OGSGEN_ON_DEMAND", raising=False)
+    monkeypatch.setenv("OGSGEN_CACHE_DIR", str(tmp_path / "cache"))
+    return loader
+
+
+def _betas_call(device):
+    x = torch.randn(9, 16, device=device, dtype=torch.float16)
+    w = torch.randn(16, 24, device=device, dtype=torch.float16)
+    bias, betas = torch.randn(24, device=device), torch.rand(9, device=device)
+    y = ogsgen.matmul_ogs(x, w, bias, betas=betas)
+    ref = ogsgen.matmul_ogs_torch(x.float(), w.float(), bias, betas=betas)
+    torch.testing.assert_close(y, ref.half(), atol=2e-2, rtol=1e-2)
+
+
+# ---------------------------------------------------------------- CLI
+
+def test_build_check_dry_run_only(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["build", "--only", "ogs_matmul_xfp16_*", "--out", str(out), "--dry-run"]) == 0
+    assert not out.exists()
+    assert main(["build", "--check", "--out", str(out)]) == 1
+    assert "missing: " in capsys.readouterr().out
+    assert main(["build", "--only", "ogs_matmul_xfp16_*", "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["catalog"] == "ogsgen:default" and len(manifest["variants"]) == 16
+    entry = manifest["variants"]["ogs_matmul_xfp16_wfp16_yfp16_act_swiglu"]
+    assert entry["path"] == "ogs_matmul_xfp16_wfp16_yfp16_act_swiglu.py"
+    assert entry["spec"]["activation"]["name"] == "swiglu" and entry["functions"]["activation"]
+    assert main(["build", "--check", "--only", "ogs_matmul_xfp16_*", "--out", str(out)]) == 0
+    (out / "ogs_stray.py").write_text("")
+    capsys.readouterr()
+    assert main(["build", "--check", "--out", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "extra: " in text and "ogs_stray.py" in text and "missing: " in text
+
+
+def test_list_and_show(capsys):
+    assert main(["list", "--only", "*_act_swiglu"]) == 0
+    names = capsys.readouterr().out.split()
+    assert names and all(n.endswith("_act_swiglu") for n in names)
+    assert main(["show", names[0]]) == 0
+    assert f"def {names[0]}(" in capsys.readouterr().out
+    assert main(["show", "ogs_nope"]) == 2
+    assert "no variant named 'ogs_nope'" in capsys.readouterr().err
+
+
+def test_only_matching_nothing_is_an_error(capsys):
+    assert main(["build", "--only", "nothing*", "--dry-run"]) == 2
+    assert "--only 'nothing*' matches no variant" in capsys.readouterr().err
+
+
+def test_spec_needs_out(capsys):
+    assert main(["build", "--spec", str(CUSTOM_CATALOG)]) == 2
+    assert "--spec needs --out" in capsys.readouterr().err
+
+
+def test_user_catalog_list(capsys):
+    assert main(["list", "--spec", str(CUSTOM_CATALOG)]) == 0
+    assert "ogs_matmul_xbf16_wbf16_ybf16_bias_act_leaky_scaled" in capsys.readouterr().out.split()
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "no such file"),
+    ("VARIANTS = [", "SyntaxError"),
+    ("x = 1\n", "defines no VARIANTS"),
+    ("VARIANTS = 3\n", "VARIANTS must be a list"),
+    ("VARIANTS = ['ogs_matmul']\n", "VARIANTS[0] is a str, not a KernelVariant"),
+    ("import ogsgen, triton\n@ogsgen.register_activation(name='bad name')\n@triton.jit\ndef f(tile):\n"
+     "    return tile\nVARIANTS = []\n", "must be a valid Python identifier"),
+    ("from ogsgen.spec import KernelVariant, BF16\nVARIANTS = [KernelVariant(BF16, BF16, 'bf16')]\n",
+     "KernelVariant.y must be a NumericFormat"),
+])
+def test_malformed_catalogs(tmp_path, capsys, content, message):
+    path = tmp_path / "bad_catalog.py"
+    if content is not None:
+        path.write_text(content)
+    assert main(["list", "--spec", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--spec {path}" in err and message in err
+
+
+def test_catalog_must_be_python(tmp_path, capsys):
+    path = tmp_path / "catalog.json"
+    path.write_text("{}")
+    assert main(["list", "--spec", str(path)]) == 2
+    assert "a catalog is a Python file" in capsys.readouterr().err
+
+
+def test_python_dash_m_and_version():
+    result = subprocess.run([sys.executable, "-m", "ogsgen", "--version"], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    assert result.returncode == 0 and result.stdout.strip() == f"ogsgen {ogsgen.__version__}"
+
+
+# ---------------------------------------------------------------- loader
+
+def test_variant_not_built(isolated_loader, device):
+    with pytest.raises(ogsgen.VariantNotBuiltError, match=BETAS_VARIANT + ".*ogsgen build --spec"):
+        _betas_call(device)
+
+
+def test_load_from_user_build_dir(isolated_loader, tmp_path, device):
+    catalog = tmp_path / "betas_catalog.py"
+    catalog.write_text("from ogsgen.spec import FP16, KernelVariant\n"
+                       "VARIANTS = [KernelVariant(FP16, FP16, FP16, bias=True, betas=True)]\n")
+    assert main(["build", "--spec", str(catalog), "--out", str(tmp_path / "build")]) == 0
+    ogsgen.add_search_path(tmp_path / "build")
+    _betas_call(device)
+    kernel = isolated_loader.kernel_for(KernelVariant(FP16, FP16, FP16, bias=True, betas=True))
+    assert Path(kernel.fn.__code__.co_filename) == tmp_path / "build" / f"{BETAS_VARIANT}.py"
+
+
+def test_ogsgen_path_variable(isolated_loader, tmp_path, monkeypatch):
+    assert main(["build", "--only", "ogs_matmul_xbf16_wbf16_ybf16", "--out", str(tmp_path / "b")]) == 0
+    monkeypatch.setenv("OGSGEN_PATH", str(tmp_path / "b"))
+    assert isolated_loader.search_path()[0] == tmp_path / "b"
+    kernel = isolated_loader.kernel_for(KernelVariant(BF16, BF16, BF16))
+    assert Path(kernel.fn.__code__.co_filename) == tmp_path / "b" / "ogs_matmul_xbf16_wbf16_ybf16.py"
+
+
+def test_add_search_path_rejects_missing_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="ogsgen build --out"):
+        ogsgen.add_search_path(tmp_path / "missing")
+
+
+def test_stale_file_is_refused(isolated_loader, tmp_path):
+    name = "ogs_matmul_xbf16_wbf16_ybf16"
+    assert main(["build", "--only", name, "--out", str(tmp_path)]) == 0
+    path = tmp_path / f"{name}.py"
+    path.write_text(path.read_text().replace("'template_sha256': '", "'template_sha256': 'old"))
+    ogsgen.add_search_path(tmp_path)
+    with pytest.raises(ogsgen.StaleKernelError, match=f"{name}.py is stale.*template triton_matmul_ogs.py.jinja"):
+        isolated_loader.kernel_for(KernelVariant(BF16, BF16, BF16))
+
+
+def test_stale_function_source_is_refused(isolated_loader, tmp_path):
+    name = "ogs_matmul_xbf16_wbf16_ybf16_act_swiglu"
+    assert main(["build", "--only", name, "--out", str(tmp_path)]) == 0
+    path = tmp_path / f"{name}.py"
+    path.write_text(path.read_text().replace("'activation': '", "'activation': 'old"))
+    ogsgen.add_search_path(tmp_path)
+    with pytest.raises(ogsgen.StaleKernelError, match="activation 'swiglu' has a different source"):
+        isolated_loader.kernel_for(KernelVariant(BF16, BF16, BF16, activation=ogsgen.swiglu))
+
+
+def test_on_demand_generation(isolated_loader, tmp_path, device, caplog):
+    ogsgen.set_on_demand(True)
+    with caplog.at_level("INFO", logger="ogsgen"):
+        _betas_call(device)
+    generated = list((tmp_path / "cache").rglob(f"{BETAS_VARIANT}.py"))
+    assert len(generated) == 1 and "generating " + BETAS_VARIANT in caplog.text
+
+
+def test_on_demand_replaces_stale_file(isolated_loader, tmp_path):
+    name = "ogs_matmul_xbf16_wbf16_ybf16"
+    assert main(["build", "--only", name, "--out", str(tmp_path / "b")]) == 0
+    path = tmp_path / "b" / f"{name}.py"
+    path.write_text(path.read_text().replace("'template_sha256': '", "'template_sha256': 'old"))
+    ogsgen.add_search_path(tmp_path / "b")
+    ogsgen.set_on_demand(True)
+    kernel = isolated_loader.kernel_for(KernelVariant(BF16, BF16, BF16))
+    assert Path(kernel.fn.__code__.co_filename).parent == isolated_loader.cache_dir()
+
+
+RACE_SCRIPT = """
+import os, sys, torch
+sys.path.insert(0, {tests!r})
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+    from interpreter_fixes import install; install()
+import ogsgen
+device = "cuda" if torch.cuda.is_available() else "cpu"
+x = torch.randn(9, 16, device=device, dtype=torch.float16); w = torch.randn(16, 24, device=device, dtype=torch.float16)
+bias, betas = torch.randn(24, device=device), torch.rand(9, device=device)
+y = ogsgen.matmul_ogs(x, w, bias, betas=betas)
+ref = ogsgen.matmul_ogs_torch(x.float(), w.float(), bias, betas=betas).half()
+torch.testing.assert_close(y, ref, atol=2e-2, rtol=1e-2)
+print("ok")
+"""
+
+
+def test_two_processes_racing_on_demand(tmp_path):
+    env = {**os.environ, "OGSGEN_ON_DEMAND": "1", "OGSGEN_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": str(HERE.parent)}
+    script = RACE_SCRIPT.format(tests=str(HERE))
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    files = list(tmp_path.rglob("*.py"))
+    assert [f.name for f in files] == [f"{BETAS_VARIANT}.py"] and not list(tmp_path.rglob("*.tmp"))
+
+
+def test_kernel_cache_returns_same_object(isolated_loader):
+    variant = KernelVariant(BF16, BF16, BF16)
+    assert isolated_loader.kernel_for(variant) is isolated_loader.kernel_for(KernelVariant(BF16, BF16, BF16))
+    assert canonical_name(variant) == isolated_loader.kernel_for(variant).__name__

@@ -1,0 +1,150 @@
+"""Every bad input raises an exception that names the argument and the fix."""
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import ogsgen
+from ogsgen import (Epilogue, FusedActivation, GatherIndx, PrecisionConfig, RoutingData, ScatterIndx, SpecError,
+                    UnsupportedError, matmul_ogs)
+
+
+def _xw(device, m=8, k=16, n=32, dtype=torch.float16):
+    return torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("mutate,exc,message", [
+    (lambda x, w: (x.int(), w, {}), SpecError, "x has dtype torch.int32"),
+    (lambda x, w: (x, w.float(), {}), SpecError, r"w.dtype \(torch.float32\) must equal x.dtype"),
+    (lambda x, w: (x[:, :15], w, {}), SpecError, "x has K=15 columns but w has 16 rows"),
+    (lambda x, w: (x, w, {"bias": torch.randn(31, device=x.device)}), SpecError, r"bias must have shape \(32,\)"),
+    (lambda x, w: (x, w, {"bias": torch.randn(32, device=x.device).half()}), SpecError, "bias must be torch.float32"),
+    (lambda x, w: (x, w, {"bias": torch.randn(64, device=x.device)[::2]}), SpecError, "bias must be contiguous"),
+    (lambda x, w: (x, w, {"gammas": torch.rand(7, device=x.device)}), SpecError, "gammas must be a contiguous"),
+    (lambda x, w: (x, w, {"betas": torch.rand(8, device=x.device)}), SpecError, "betas scale the bias"),
+    (lambda x, w: (x, w, {"y": torch.empty(8, 31, device=x.device, dtype=x.dtype)}), SpecError,
+     r"y must have shape \(8, 32\)"),
+    (lambda x, w: (x, w, {"y": torch.empty(8, 32, device=x.device)}), SpecError,
+     "set precision_config.out_dtype=torch.float32"),
+    (lambda x, w: (x, w, {"precision_config": PrecisionConfig(out_dtype=torch.int8)}), SpecError,
+     "precision_config.out_dtype has dtype torch.int8"),
+    (lambda x, w: (x, w.expand(3, 16, 32), {}), SpecError, "holds 3 experts but there is no routing_data"),
+    (lambda x, w: (x.expand(2, 8, 16), w, {}), SpecError, r"batched x of shape \(2, 8, 16\) needs w of shape"),
+    (lambda x, w: (x[0], w, {}), SpecError, "x must have 2 or 3 dimensions"),
+    (lambda x, w: (x, w, {"out_alpha": torch.tensor(1.0)}), TypeError, "out_alpha must be a Python float"),
+    (lambda x, w: (x, w[:, :31], {"fused_activation": FusedActivation(ogsgen.swiglu, (1.0, 1.0))}), SpecError,
+     "N must be a multiple of 2"),
+    (lambda x, w: (x, w, {"gather_indx": GatherIndx(torch.zeros(8, dtype=torch.int32),
+                                                     torch.zeros(8, dtype=torch.int32))}),
+     UnsupportedError, "gather_indx is not supported"),
+    (lambda x, w: (x, w, {"scatter_indx": ScatterIndx(torch.zeros(8, dtype=torch.int32),
+                                                       torch.zeros(8, dtype=torch.int32))}),
+     UnsupportedError, "scatter_indx is not supported"),
+    (lambda x, w: (x, w, {"routing_data": RoutingData(None, torch.zeros(4, dtype=torch.int32), 4, 1)}),
+     UnsupportedError, "routing_data is not supported"),
+    (lambda x, w: (x, w, {"precision_config": PrecisionConfig(weight_scale=torch.zeros(1))}), UnsupportedError,
+     "precision_config.weight_scale is not supported"),
+    (lambda x, w: (x, w, {"bias": torch.randn(32, device="meta")}), SpecError, "bias is on meta but x is on"),
+])
+def test_bad_call(mutate, exc, message, device):
+    x, w = _xw(device)
+    x, w, kwargs = mutate(x, w)
+    with pytest.raises(exc, match=message):
+        matmul_ogs(x, w, kwargs.pop("bias", None), **kwargs)
+
+
+def test_cpu_tensors_without_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    x, w = _xw("cpu")
+    with pytest.raises(SpecError, match="runs on a CUDA device"):
+        matmul_ogs(x, w, None)
+
+
+def test_activation_argument_count():
+    with pytest.raises(SpecError, match=r"swiglu takes 2 argument\(s\) \('alpha', 'limit'\), got 1"):
+        FusedActivation(ogsgen.swiglu, (1.0,))
+
+
+def test_epilogue_without_function_but_values():
+    with pytest.raises(SpecError, match="has values"):
+        Epilogue(fn_arg_values_matmul=(1.0,))
+
+
+def test_signature_mismatch():
+    @triton.jit
+    def scale_by(tile, factor):
+        return tile * factor
+
+    with pytest.raises(SpecError, match=r"parameters \(tile, factor\) do not match fn_arg_names \('alpha',\)"):
+        ogsgen.register_activation(scale_by, arg_names=("alpha",))
+    with pytest.raises(SpecError, match=r"def scale_by\(tile, offs_m, offs_n, mask, factor\)"):
+        ogsgen.register_epilogue(scale_by, arg_names=("factor",))
+
+
+def test_one_name_two_sources():
+    @triton.jit
+    def clamp_a(tile, bound):
+        return tl.minimum(tile, bound)
+
+    @triton.jit
+    def clamp_b(tile, bound):
+        return tl.maximum(tile, -bound)
+
+    ogsgen.register_activation(clamp_a, name="test_clamp", arg_names=("bound",))
+    assert ogsgen.register_activation(clamp_a, name="test_clamp", arg_names=("bound",)).name == "test_clamp"
+    with pytest.raises(SpecError, match="'test_clamp' is already taken.*ogsgen.unregister"):
+        ogsgen.register_activation(clamp_b, name="test_clamp", arg_names=("bound",))
+    ogsgen.unregister("test_clamp")
+    assert ogsgen.register_activation(clamp_b, name="test_clamp", arg_names=("bound",)).fn is clamp_b
+    ogsgen.unregister("test_clamp")
+
+
+@pytest.mark.parametrize("name,arg_names", [("bad-name", ()), ("x); import os  #", ()), ("ok", ("a b",)),
+                                             ("class", ()), ("ok", ("N); os.system('x')",))])
+def test_names_must_be_identifiers(name, arg_names):
+    @triton.jit
+    def fn(tile, a):
+        return tile
+
+    with pytest.raises(SpecError, match="valid Python identifier"):
+        ogsgen.register_activation(fn, name=name, arg_names=arg_names)
+
+
+def test_not_a_jit_function():
+    with pytest.raises(SpecError, match="must be a @triton.jit function"):
+        ogsgen.register_activation(lambda tile: tile, name="plain_python")
+
+
+def test_reduction_n_power_of_two():
+    @triton.jit
+    def fold3(tile):
+        return tile
+
+    with pytest.raises(SpecError, match="reduction_n must be a power of two"):
+        ogsgen.register_activation(fold3, reduction_n=3)
+
+
+@pytest.mark.parametrize("constraints,message", [({"block_q": 16}, "unknown key 'block_q'"),
+                                                 ({"block_m": 48}, "must be a power of two"),
+                                                 ({"block_k": 8}, "at least 16"),
+                                                 ({"num_warps": 0}, "positive int")])
+def test_bad_constraints(constraints, message):
+    with pytest.raises(ogsgen.InapplicableConstraint, match=message):
+        with ogsgen.opt_flags_constraints(**constraints):
+            pass
+
+
+def test_split_k_constraint_is_inapplicable(device):
+    x, w = _xw(device)
+    with ogsgen.opt_flags_constraints(split_k=2):
+        with pytest.raises(ogsgen.InapplicableConstraint, match="split_k=2"):
+            matmul_ogs(x, w, None)
+
+
+def test_constraints_are_scoped():
+    from ogsgen.runtime.opt_flags import current_constraints
+    with ogsgen.opt_flags_constraints(block_m=32):
+        with ogsgen.opt_flags_constraints(block_n=64):
+            assert dict(current_constraints()) == {"block_m": 32, "block_n": 64}
+        assert dict(current_constraints()) == {"block_m": 32}
+    assert current_constraints() == ()

@@ -1,0 +1,46 @@
+"""A non-editable install ships templates/ and generated/ inside the package, and the runtime finds them."""
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHECK = """
+import os, sys
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import torch, ogsgen
+from ogsgen._resources import data_dir
+site = sys.argv[1]
+assert str(data_dir("templates")).startswith(site), data_dir("templates")
+assert str(data_dir("generated")).startswith(site), data_dir("generated")
+x, w = torch.randn(5, 16, dtype=torch.float16), torch.randn(16, 8, dtype=torch.float16)
+y = ogsgen.matmul_ogs(x, w, None)
+torch.testing.assert_close(y.float(), x.float() @ w.float(), atol=2e-2, rtol=1e-2)
+print("installed ogsgen", ogsgen.__version__, "ok")
+"""
+
+
+def test_wheel_install_in_fresh_venv(tmp_path):
+    env_dir = tmp_path / "venv"
+    # System site-packages provide torch/triton/jinja2 (no network, no multi-GB download); ogsgen itself
+    # must come from the wheel, not from the checkout.
+    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", str(ROOT)],
+                   check=True, cwd=tmp_path, env=clean_env)
+    site = subprocess.run([python, "-c", "import ogsgen, os; print(os.path.dirname(ogsgen.__file__))"],
+                          check=True, cwd=tmp_path, env=clean_env, capture_output=True, text=True).stdout.strip()
+    assert site.startswith(str(env_dir)), site
+    assert sorted(p.name for p in Path(site, "templates").iterdir()) == sorted(
+        p.name for p in (ROOT / "templates").iterdir())
+    assert (Path(site) / "generated" / "manifest.json").is_file()
+    ogsgen = env_dir / "bin" / "ogsgen"
+    result = subprocess.run([ogsgen, "build", "--check"], cwd=tmp_path, env=clean_env, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = subprocess.run([python, "-c", CHECK, str(env_dir)], cwd=tmp_path, env=clean_env, capture_output=True,
+                            text=True)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stdout + result.stderr

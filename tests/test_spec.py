@@ -1,0 +1,117 @@
+"""The specification layer: function identity, formats, variants and canonical names."""
+import importlib.util
+import sys
+
+import pytest
+
+import ogsgen
+from ogsgen.errors import SpecError, UnsupportedError
+from ogsgen.spec import (BF16, FP16, FP32, FP8_E4M3, MXFP4, MXFP8_E4M3, FnSpecs, KernelVariant, NumericFormat,
+                         canonical_name, format_named, variant_product)
+from ogsgen.spec.functions import function_source_hash
+
+MODULE = '''
+import triton
+import triton.language as tl
+
+OFFSET = {offset}
+
+@triton.jit
+def helper(t):
+    return t + OFFSET
+
+@triton.jit
+def act(tile, k):
+    return helper(tile) * k
+'''
+
+
+def _load(tmp_path, name, offset=1.0, extra=""):
+    path = tmp_path / f"{name}.py"
+    path.write_text(MODULE.format(offset=offset) + extra)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hash_depends_on_source_and_callees_not_name_or_place(tmp_path):
+    a = _load(tmp_path, "hash_mod_a")
+    same = _load(tmp_path, "hash_mod_b", extra="\n\n# a comment after the functions\n")
+    other_constant = _load(tmp_path, "hash_mod_c", offset=2.0)
+    assert function_source_hash(a.act) == function_source_hash(same.act)
+    assert function_source_hash(a.act) != function_source_hash(other_constant.act)
+    assert function_source_hash(a.helper) != function_source_hash(a.act)
+
+
+def test_hash_ignores_triton_library_functions():
+    # tl.sigmoid etc. are Triton's own @jit functions: a Triton upgrade must not make kernels stale.
+    assert function_source_hash(ogsgen.swiglu.fn) == ogsgen.swiglu.source_hash
+    from ogsgen.spec.functions import _dependencies
+    assert all(not name.startswith("tl.") for name, _ in _dependencies(ogsgen.swiglu.fn))
+
+
+def test_fnspecs_equality_is_by_content(tmp_path):
+    a = _load(tmp_path, "eq_mod_a")
+    b = _load(tmp_path, "eq_mod_b")
+    spec_a = FnSpecs("eq_act", a.act, ("k",))
+    spec_b = FnSpecs("eq_act", b.act, ("k",))
+    assert spec_a == spec_b and hash(spec_a) == hash(spec_b) and spec_a.fn is not spec_b.fn
+    assert FnSpecs("eq_act", a.act, ("k",), reduction_n=2) != spec_a
+    ogsgen.unregister("eq_act")
+
+
+def test_default_fnspecs():
+    d = FnSpecs.default()
+    assert d.is_default and d.reduction_n == 1 and d == FnSpecs.default()
+    assert KernelVariant(BF16, BF16, BF16, activation=d).activation is None
+
+
+def test_swiglu_builtin():
+    assert ogsgen.swiglu.fn_arg_names == ("alpha", "limit") and ogsgen.swiglu.reduction_n == 2
+    assert ogsgen.spec.registered("activation", "swiglu") is ogsgen.swiglu
+    with pytest.raises(SpecError, match="no epilogue named 'swiglu' is registered"):
+        ogsgen.spec.registered("epilogue", "swiglu")
+
+
+def test_formats_express_fp8_and_mx():
+    assert FP8_E4M3.scaling == "flexpoint" and FP8_E4M3.bits == 8 and FP8_E4M3.name == "fp8e4m3"
+    assert MXFP4.block_size == 32 and MXFP4.bits == 4 and MXFP4.name == "mxfp4"
+    assert MXFP8_E4M3.name == "mxfp8e4m3"
+    assert NumericFormat("e2m1", "block_e8m0", 32, layout="hopper_value").name == "mxfp4hoppervalue"
+    assert format_named("bf16") is BF16
+    with pytest.raises(SpecError, match="unknown format 'bf17'"):
+        format_named("bf17")
+    with pytest.raises(SpecError, match="e2m1 .* need block_e8m0"):
+        NumericFormat("e2m1")
+    with pytest.raises(SpecError, match="flexpoint scaling applies to fp8"):
+        NumericFormat("bf16", "flexpoint")
+    with pytest.raises(SpecError, match="block_size is set exactly when"):
+        NumericFormat("e4m3", "block_e8m0")
+
+
+def test_variants_the_spec_expresses_but_no_template_renders_yet():
+    with pytest.raises(UnsupportedError, match="w format mxfp4 has no code path yet"):
+        KernelVariant(BF16, MXFP4, BF16).check_supported()
+    with pytest.raises(UnsupportedError, match=r"features \['gather'\] have no code path yet"):
+        KernelVariant(BF16, BF16, BF16, gather=True).check_supported()
+    with pytest.raises(UnsupportedError, match="must share a format"):
+        KernelVariant(BF16, FP16, BF16).check_supported()
+
+
+def test_canonical_name():
+    v = KernelVariant(BF16, BF16, FP32, bias=True, gammas=True, activation=ogsgen.swiglu)
+    assert canonical_name(v) == "ogs_matmul_xbf16_wbf16_yfp32_bias_gammas_act_swiglu"
+    assert canonical_name(v).isidentifier()
+
+
+def test_variant_rules():
+    with pytest.raises(SpecError, match="betas=True needs bias=True"):
+        KernelVariant(BF16, BF16, BF16, betas=True)
+    with pytest.raises(SpecError, match="family must be one of"):
+        KernelVariant(BF16, BF16, BF16, family="persistent")
+    product = variant_product([(BF16, BF16, BF16)], bias=(False, True), betas=(False, True))
+    assert len(product) == 3  # betas without bias skipped
+    with pytest.raises(SpecError, match="unknown features"):
+        variant_product([(BF16, BF16, BF16)], biases=(True,))
