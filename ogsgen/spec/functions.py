@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import triton
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
 
 from ..errors import SpecError
 
@@ -49,7 +51,7 @@ def check_identifier(value, what: str) -> str:
 
 def _is_jit_function(obj) -> bool:
     # Under TRITON_INTERPRET=1, @triton.jit makes an InterpretedFunction instead of a JITFunction.
-    return isinstance(obj, (triton.runtime.jit.JITFunction, triton.runtime.interpreter.InterpretedFunction))
+    return isinstance(obj, (JITFunction, InterpretedFunction))
 
 
 def _plain_source(jit_fn) -> str:
