@@ -1,5 +1,6 @@
 """A non-editable install ships templates/ and generated/ inside the package, and the runtime finds them."""
 import os
+import site
 import subprocess
 import sys
 import venv
@@ -24,19 +25,23 @@ print("installed ogsgen", ogsgen.__version__, "ok")
 
 def test_wheel_install_in_fresh_venv(tmp_path):
     env_dir = tmp_path / "venv"
-    # System site-packages provide torch/triton/jinja2 (no network, no multi-GB download); ogsgen itself
-    # must come from the wheel, not from the checkout.
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
+    # torch/triton/jinja2 come from this test's environment through plain path entries (no download of
+    # a multi-GB torch); those do not run that environment's .pth files, so an editable ogsgen there
+    # stays invisible and ogsgen must come from the fresh install.
+    venv_site = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    Path(venv_site, "parent_env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", str(ROOT)],
                    check=True, cwd=tmp_path, env=clean_env)
-    site = subprocess.run([python, "-c", "import ogsgen, os; print(os.path.dirname(ogsgen.__file__))"],
+    package_dir = subprocess.run([python, "-c", "import ogsgen, os; print(os.path.dirname(ogsgen.__file__))"],
                           check=True, cwd=tmp_path, env=clean_env, capture_output=True, text=True).stdout.strip()
-    assert site.startswith(str(env_dir)), site
-    assert sorted(p.name for p in Path(site, "templates").iterdir()) == sorted(
+    assert package_dir.startswith(str(env_dir)), package_dir
+    assert sorted(p.name for p in Path(package_dir, "templates").iterdir()) == sorted(
         p.name for p in (ROOT / "templates").iterdir())
-    assert (Path(site) / "generated" / "manifest.json").is_file()
+    assert (Path(package_dir) / "generated" / "manifest.json").is_file()
     ogsgen = env_dir / "bin" / "ogsgen"
     result = subprocess.run([ogsgen, "build", "--check"], cwd=tmp_path, env=clean_env, capture_output=True,
                             text=True)
