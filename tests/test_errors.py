@@ -5,8 +5,8 @@ import triton
 import triton.language as tl
 
 import ogsgen
-from ogsgen import (Epilogue, FusedActivation, GatherIndx, PrecisionConfig, RoutingData, ScatterIndx, SpecError,
-                    UnsupportedError, matmul_ogs)
+from ogsgen import (Epilogue, FusedActivation, GatherIndx, PrecisionConfig, SpecError, UnsupportedError,
+                    matmul_ogs)
 
 
 def _xw(device, m=8, k=16, n=32, dtype=torch.float16):
@@ -36,12 +36,9 @@ def _xw(device, m=8, k=16, n=32, dtype=torch.float16):
      "N must be a multiple of 2"),
     (lambda x, w: (x, w, {"gather_indx": GatherIndx(torch.zeros(8, dtype=torch.int32),
                                                      torch.zeros(8, dtype=torch.int32))}),
-     UnsupportedError, "gather_indx is not supported"),
-    (lambda x, w: (x, w, {"scatter_indx": ScatterIndx(torch.zeros(8, dtype=torch.int32),
-                                                       torch.zeros(8, dtype=torch.int32))}),
-     UnsupportedError, "scatter_indx is not supported"),
-    (lambda x, w: (x, w, {"routing_data": RoutingData(None, torch.zeros(4, dtype=torch.int32), 4, 1)}),
-     UnsupportedError, "routing_data is not supported"),
+     SpecError, "gather_indx and scatter_indx index expert-sorted rows: pass routing_data"),
+    (lambda x, w: (x, w, {"inner_routing_data": object()}), UnsupportedError, "inner_routing_data is not supported"),
+    (lambda x, w: (x, w, {"fused_comm": object()}), UnsupportedError, "fused_comm is not supported"),
     (lambda x, w: (x, w, {"precision_config": PrecisionConfig(weight_scale=torch.zeros(1))}), UnsupportedError,
      "precision_config.weight_scale is not supported"),
     (lambda x, w: (x, w, {"bias": torch.randn(32, device="meta")}), SpecError, "bias is on meta but x is on"),
@@ -134,11 +131,14 @@ def test_bad_constraints(constraints, message):
             pass
 
 
-def test_split_k_constraint_is_inapplicable(device):
-    x, w = _xw(device)
-    with ogsgen.opt_flags_constraints(split_k=2):
-        with pytest.raises(ogsgen.InapplicableConstraint, match="split_k=2"):
-            matmul_ogs(x, w, None)
+def test_ragged_block_m_constraint_is_inapplicable(device):
+    from ogsgen.routing import routing
+    rd, gi, _ = routing(torch.randn(8, 4, device=device), 2)
+    x, _ = _xw(device)
+    w = torch.randn(4, 16, 32, device=device, dtype=torch.float16)
+    with ogsgen.opt_flags_constraints(block_m=256):
+        with pytest.raises(ogsgen.InapplicableConstraint, match="block_m=256: ragged rows need block_m in"):
+            matmul_ogs(x, w, None, rd, gather_indx=gi)
 
 
 def test_constraints_are_scoped():

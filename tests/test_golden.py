@@ -20,7 +20,10 @@ CUSTOM_CATALOG = HERE / "catalogs" / "custom_catalog.py"
 ACCEPT = os.environ.get("OGSGEN_ACCEPT_GOLDEN") == "1"
 
 GOLDEN_DEFAULT = ["ogs_matmul_xbf16_wbf16_ybf16", "ogs_matmul_xbf16_wbf16_ybf16_bias_gammas_act_swiglu",
-                  "ogs_matmul_xfp32_wfp32_yfp32_bias"]
+                  "ogs_matmul_xfp32_wfp32_yfp32_bias", "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu",
+                  "ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_bias_gammas",
+                  "ogs_matmul_xbf16_wbf16_yfp32_ragged_gather_bias", "ogs_reduce_xbf16_ybf16_scatter",
+                  "ogs_reduce_xfp32_ybf16_gammas_act_swiglu"]
 GOLDEN_CUSTOM = ["ogs_matmul_xbf16_wbf16_ybf16_bias_betas_act_leaky_scaled",
                  "ogs_matmul_xfp16_wfp16_yfp16_gammas_epi_column_scale",
                  "ogs_matmul_xbf16_wbf16_ybf16_bias_betas_gammas_act_swiglu_epi_column_scale"]

@@ -48,4 +48,5 @@ def test_custom_functions_realistic(tmp_path):
     build(catalog, tmp_path)
     ogsgen.add_search_path(tmp_path)
     for variant in catalog.variants:
-        run_case(variant, 1000, 704, 608, "cuda")
+        if variant.family == "matmul":
+            run_case(variant, 1000, 704, 608, "cuda")

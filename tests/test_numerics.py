@@ -7,9 +7,27 @@ import torch
 import ogsgen
 from ogsgen.codegen import build
 from ogsgen.spec import canonical_name, default_catalog, load_catalog_file
-from cases import run_case
+from cases import run_case, run_moe_case
+from ogsgen.runtime import loader
 
 DEFAULT = default_catalog().by_name()
+DENSE = {name: v for name, v in DEFAULT.items() if v.family == "matmul" and not v.ragged}
+MOE = {name: v for name, v in DEFAULT.items() if v.ragged}
+LOADED = set()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def record_loaded_variants():
+    """Record every variant these tests launch, to check that the default catalog is covered."""
+    original = loader.kernel_for
+
+    def recording(variant):
+        LOADED.add(canonical_name(variant))
+        return original(variant)
+
+    loader.kernel_for = recording
+    yield
+    loader.kernel_for = original
 CUSTOM_CATALOG = Path(__file__).parent / "catalogs" / "custom_catalog.py"
 SMALL_BLOCKS = dict(block_m=16, block_n=32, block_k=16)
 
@@ -23,19 +41,41 @@ def custom_variants(tmp_path_factory):
     return catalog.by_name()
 
 
-@pytest.mark.parametrize("name", sorted(DEFAULT))
-def test_default_variant(name, device):
+@pytest.mark.parametrize("name", sorted(DENSE))
+def test_default_dense_variant(name, device):
     # Shapes that are not multiples of any block size; one launch with default flags, one with
-    # small blocks so that many tiles, the GROUP_M ordering and the ragged K tail are exercised.
-    run_case(DEFAULT[name], 37, 72, 50, device, allow_tf32=False)
+    # small blocks so that many tiles, the GROUP_M ordering and the ragged K tail are exercised,
+    # and one with split K (its partials and reduce kernels are catalog companions).
+    run_case(DENSE[name], 37, 72, 50, device, allow_tf32=False)
     with ogsgen.opt_flags_constraints(**SMALL_BLOCKS):
-        run_case(DEFAULT[name], 70, 198, 61, device, out_alpha=0.75, allow_tf32=False)
+        run_case(DENSE[name], 70, 198, 61, device, out_alpha=0.75, allow_tf32=False)
+        with ogsgen.opt_flags_constraints(split_k=3):
+            run_case(DENSE[name], 21, 40, 100, device, allow_tf32=False)
+
+
+@pytest.mark.parametrize("name", sorted(MOE))
+def test_default_moe_variant(name, device):
+    variant = MOE[name]
+    with ogsgen.opt_flags_constraints(**SMALL_BLOCKS):
+        run_moe_case(variant, 23, 64, 40, 4, 2, device)  # k=2: a scatter goes through the top-k reduce
+        run_moe_case(variant, 17, 32, 24, 4, 1, device)
+        if not variant.scatter:
+            run_moe_case(variant, 9, 32, 100, 4, 2, device, split_k=2)
+
+
+def test_every_default_variant_was_launched():
+    # Runs after the parametrized tests above (pytest keeps file order).
+    missing = sorted(set(DEFAULT) - LOADED)
+    assert not missing, f"default variants no test launched: {missing}"
 
 
 def test_custom_variants(custom_variants, device):
     for name, variant in sorted(custom_variants.items()):
-        with ogsgen.opt_flags_constraints(**SMALL_BLOCKS):
-            run_case(variant, 45, 66, 40, device)
+        if variant.family == "matmul":  # the reduce companions run under the split-K case
+            with ogsgen.opt_flags_constraints(**SMALL_BLOCKS):
+                run_case(variant, 45, 66, 40, device)
+                with ogsgen.opt_flags_constraints(split_k=2):
+                    run_case(variant, 20, 34, 64, device)
 
 
 @pytest.mark.parametrize("name", ["ogs_matmul_xbf16_wbf16_ybf16_bias", "ogs_matmul_xfp16_wfp16_yfp16_act_swiglu",

@@ -94,8 +94,6 @@ def test_formats_express_fp8_and_mx():
 def test_variants_the_spec_expresses_but_no_template_renders_yet():
     with pytest.raises(UnsupportedError, match="w format mxfp4 has no code path yet"):
         KernelVariant(BF16, MXFP4, BF16).check_supported()
-    with pytest.raises(UnsupportedError, match=r"features \['gather'\] have no code path yet"):
-        KernelVariant(BF16, BF16, BF16, gather=True).check_supported()
     with pytest.raises(UnsupportedError, match="must share a format"):
         KernelVariant(BF16, FP16, BF16).check_supported()
 
@@ -109,6 +107,12 @@ def test_canonical_name():
 def test_variant_rules():
     with pytest.raises(SpecError, match="betas=True needs bias=True"):
         KernelVariant(BF16, BF16, BF16, betas=True)
+    with pytest.raises(SpecError, match="gather and scatter index expert-sorted rows"):
+        KernelVariant(BF16, BF16, BF16, gather=True)
+    with pytest.raises(SpecError, match="y_acc_in .* cannot be combined with scatter"):
+        KernelVariant(BF16, BF16, BF16, ragged=True, scatter=True, y_acc_in=True)
+    with pytest.raises(SpecError, match="a reduce kernel takes only features"):
+        KernelVariant(FP32, FP32, BF16, family="reduce", bias=True)
     with pytest.raises(SpecError, match="family must be one of"):
         KernelVariant(BF16, BF16, BF16, family="persistent")
     product = variant_product([(BF16, BF16, BF16)], bias=(False, True), betas=(False, True))

@@ -1,7 +1,9 @@
-"""``matmul_ogs``: validate a call, map it to its kernel variant, launch the generated kernel."""
+"""``matmul_ogs``: validate a call, map it to its kernel variants, launch the generated kernels."""
 from __future__ import annotations
 
+import contextlib
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -9,11 +11,12 @@ import triton
 
 from ..codegen.render import ARG_PREFIX
 from ..errors import SpecError, UnsupportedError
+from ..routing.metadata import make_ragged_tensor_metadata
 from ..spec.formats import plain_format_of
-from ..spec.variant import KernelVariant
+from ..spec.variant import KernelVariant, split_k_plan, topk_plan
 from . import loader
-from .opt_flags import current_constraints, make_opt_flags
-from .types import Epilogue, FusedActivation, PrecisionConfig
+from .opt_flags import current_constraints, make_opt_flags, row_tiles
+from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 
 _MAX_GRID_Y = 65535
 
@@ -21,6 +24,15 @@ _MAX_GRID_Y = 65535
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
+
+@lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
 
 def _check_tensor(value, name: str, ndims=None, dtype=None):
     if value is None:
@@ -31,6 +43,16 @@ def _check_tensor(value, name: str, ndims=None, dtype=None):
         raise SpecError(f"{name} must have {' or '.join(map(str, ndims))} dimensions, got shape {tuple(value.shape)}")
     if dtype is not None and value.dtype != dtype:
         raise SpecError(f"{name} must be {dtype}, got {value.dtype}; convert it with .to({dtype})")
+
+
+def _check_vector(value, name: str, length: int, dtype):
+    """A contiguous 1-D tensor of ``length`` elements of ``dtype`` (indices, betas, gammas)."""
+    if value is None:
+        return
+    _check_tensor(value, name, ndims=(1,), dtype=dtype)
+    if value.shape[0] != length or (value.stride(0) != 1 and length > 1):
+        raise SpecError(f"{name} must be a contiguous {dtype} vector of length {length}, got shape "
+                        f"{tuple(value.shape)} and stride {value.stride()}")
 
 
 def _check_devices(**tensors):
@@ -44,64 +66,232 @@ def _check_devices(**tensors):
                         f"(on the CPU only through Triton's interpreter, TRITON_INTERPRET=1)")
 
 
-def _reject_unsupported(routing_data, gather_indx, scatter_indx, fused_comm, y_acc_in, inner_routing_data,
-                        pc: PrecisionConfig):
-    moe = {"routing_data": routing_data is not None and routing_data.expt_hist is not None,
-           "gather_indx": gather_indx is not None, "scatter_indx": scatter_indx is not None,
-           "y_acc_in": y_acc_in is not None, "inner_routing_data": inner_routing_data is not None,
-           "fused_comm": fused_comm is not None}
-    formats = {"precision_config.act_scale": pc.act_scale is not None,
-               "precision_config.weight_scale": pc.weight_scale is not None,
-               "precision_config.out_scale": pc.out_scale is not None,
-               "precision_config.flex_ctx": any(d.scale is not None for d in (pc.flex_ctx.lhs_data,
-                                                                            pc.flex_ctx.rhs_data,
-                                                                            pc.flex_ctx.acc_data))
-               or pc.flex_ctx.out_data.expected_scale is not None or pc.flex_ctx.out_data.actual_scale is not None,
-               "precision_config.max_num_imprecise_acc": pc.max_num_imprecise_acc is not None,
-               "precision_config.enforce_bitwise_invariance": pc.enforce_bitwise_invariance}
-    for name, used in {**moe, **formats}.items():
+def _reject_unsupported(fused_comm, inner_routing_data, pc: PrecisionConfig):
+    flex = pc.flex_ctx
+    unsupported = {
+        "fused_comm": fused_comm is not None,
+        "inner_routing_data": inner_routing_data is not None,
+        "precision_config.act_scale": pc.act_scale is not None,
+        "precision_config.weight_scale": pc.weight_scale is not None,
+        "precision_config.out_scale": pc.out_scale is not None,
+        "precision_config.flex_ctx": any(d.scale is not None for d in (flex.lhs_data, flex.rhs_data, flex.acc_data))
+        or flex.out_data.expected_scale is not None or flex.out_data.actual_scale is not None,
+        "precision_config.max_num_imprecise_acc": pc.max_num_imprecise_acc is not None,
+        "precision_config.enforce_bitwise_invariance": pc.enforce_bitwise_invariance,
+    }
+    for name, used in unsupported.items():
         if used:
-            raise UnsupportedError(f"{name} is not supported by this ogsgen build yet; leave it None/False "
-                                   f"(dense and batched matmul only)")
+            raise UnsupportedError(f"{name} is not supported by this ogsgen build yet; leave it None/False")
+
+
+def _check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) -> tuple[int, int]:
+    """Validate the MoE arguments; returns (sorted rows, output rows)."""
+    if not isinstance(routing_data, RoutingData):
+        raise TypeError(f"routing_data must be a RoutingData, got {type(routing_data).__name__}")
+    n_expts, k = routing_data.n_expts_tot, routing_data.n_expts_act
+    if not isinstance(n_expts, int) or n_expts < 1 or not isinstance(k, int) or not 1 <= k <= n_expts:
+        raise SpecError(f"routing_data needs 1 <= n_expts_act <= n_expts_tot, got n_expts_act={k!r}, "
+                        f"n_expts_tot={n_expts!r}")
+    _check_vector(routing_data.expt_hist, "routing_data.expt_hist", n_expts, torch.int32)
+    if x.ndim != 2:
+        raise SpecError(f"with routing_data, x must be 2-D (tokens or sorted rows, K), got shape {tuple(x.shape)}")
+    if w.ndim != 3 or w.shape[0] != n_expts:
+        raise SpecError(f"w must hold one (K, N) matrix per expert, shape ({n_expts}, K, N) for "
+                        f"routing_data.n_expts_tot={n_expts}, got {tuple(w.shape)}")
+    if gather_indx is not None:
+        n_rows = x.shape[0] * k
+        _check_vector(gather_indx.src_indx, "gather_indx.src_indx", n_rows, torch.int32)
+        _check_vector(gather_indx.dst_indx, "gather_indx.dst_indx", n_rows, torch.int32)
+    else:
+        n_rows = x.shape[0]
+    if scatter_indx is not None:
+        if n_rows % k:
+            raise SpecError(f"scatter_indx: {n_rows} sorted rows are not a whole number of tokens of "
+                            f"n_expts_act={k} gates")
+        _check_vector(scatter_indx.src_indx, "scatter_indx.src_indx", n_rows, torch.int32)
+        _check_vector(scatter_indx.dst_indx, "scatter_indx.dst_indx", n_rows, torch.int32)
+    meta = routing_data.expt_data
+    if meta is not None and (meta.slice_sizes.shape != (n_expts,)
+                             or meta.block_schedule_data.shape[1] < row_tiles(n_rows, 16, n_expts)):
+        raise SpecError("routing_data.expt_data does not describe routing_data.expt_hist for these rows; build it "
+                        "with ogsgen.routing.make_ragged_tensor_metadata(expt_hist, n_rows)")
+    return n_rows, (n_rows // k if scatter_indx is not None else n_rows)
+
+
+def check_routing_data(routing_data: RoutingData, gather_indx=None, scatter_indx=None) -> None:
+    """Check that the histogram matches the indices (reads them back: a host synchronization).
+
+    ``matmul_ogs`` calls it for every MoE call when ``OGSGEN_DEBUG=1``.
+    """
+    hist = routing_data.expt_hist.long()
+    n_routed = int(hist.sum())
+    for name, index in (("gather_indx", gather_indx), ("scatter_indx", scatter_indx)):
+        if index is None:
+            continue
+        sorted_to_gate = index.src_indx if name == "gather_indx" else index.dst_indx
+        gate_to_sorted = index.dst_indx if name == "gather_indx" else index.src_indx
+        n_kept = int((sorted_to_gate >= 0).sum())
+        if n_kept != n_routed:
+            raise SpecError(f"{name}: {n_kept} routed rows but routing_data.expt_hist sums to {n_routed}; the "
+                            f"histogram does not match the indices")
+        positions = torch.arange(n_kept, device=hist.device)
+        if not torch.equal(gate_to_sorted[sorted_to_gate[:n_kept].long()].long(), positions):
+            raise SpecError(f"{name}: src_indx and dst_indx are not inverse permutations of each other")
+    meta = routing_data.expt_data
+    if meta is not None and not torch.equal(meta.slice_sizes.long(), hist):
+        raise SpecError("routing_data.expt_data was computed for another histogram than routing_data.expt_hist")
+
+
+# --------------------------------------------------------------------------------------------
+# The call
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class _Launch:
+    """What every kernel of one call shares."""
+    x: torch.Tensor
+    w: torch.Tensor
+    batch: int          # batch entries (1 unless batched)
+    m: int              # rows of the matmul: x rows, or sorted rows in MoE mode
+    n: int
+    k: int
+    routing: RoutingData | None
+    gather_indx: object
+    scatter_indx: object
+    act: FusedActivation
+    epi: Epilogue
+    pc: PrecisionConfig
 
 
 @lru_cache(maxsize=1024)
-def _variant(x_dtype, y_dtype, bias, betas, gammas, activation, epilogue) -> KernelVariant:
+def _variant(x_dtype, y_dtype, ragged, gather, scatter, bias, betas, gammas, y_acc_in, activation,
+             epilogue) -> KernelVariant:
     fmt = plain_format_of(x_dtype, "x")
-    return KernelVariant(fmt, fmt, plain_format_of(y_dtype, "precision_config.out_dtype"), bias=bias, betas=betas,
-                         gammas=gammas, activation=activation, epilogue=epilogue)
+    return KernelVariant(fmt, fmt, plain_format_of(y_dtype, "precision_config.out_dtype"), ragged=ragged,
+                         gather=gather, scatter=scatter, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in,
+                         activation=activation, epilogue=epilogue)
+
+
+def _fn_args(kind: str, specs, values) -> dict:
+    return {ARG_PREFIX[kind] + name: value for name, value in zip(specs.fn_arg_names, values)}
+
+
+def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, *, bias, betas, gammas,
+                   y_acc_in, out_alpha, split_k: int = 1):
+    """One matmul kernel writing ``out``: (M, N) / (B, M, N) rows, or (S, B, M, N) fp32 partials."""
+    x, w = call.x, call.w
+    ragged = variant.ragged
+    args = dict(X=x, stride_x_m=x.stride(-2), stride_x_k=x.stride(-1),
+                W=w, stride_w_b=w.stride(0) if w.ndim == 3 else 0, stride_w_k=w.stride(-2), stride_w_n=w.stride(-1),
+                Y=out, stride_y_m=out.stride(-2), stride_y_n=out.stride(-1),
+                out_alpha=1.0 if out_alpha is None else float(out_alpha), N=call.n, K=call.k,
+                BLOCK_M=flags.block_m, BLOCK_N=flags.block_n, BLOCK_K=flags.block_k, GROUP_M=flags.group_m,
+                EVEN_K=call.k % flags.block_k == 0, num_warps=flags.num_warps, num_stages=flags.num_stages)
+    if variant.can_split_k:
+        args.update(SPLIT_K=split_k, stride_y_s=out.stride(0) if split_k > 1 else 0)
+    if ragged:
+        meta = call.routing.expt_data
+        n_tiles = row_tiles(call.m, flags.block_m, call.routing.n_expts_tot)
+        args.update(SliceSizes=meta.slice_sizes, SliceOffs=meta.slice_offs,
+                    BlockSchedule=meta.block_schedule(flags.block_m), n_row_tiles=n_tiles)
+        grid_m = n_tiles
+    else:
+        args.update(M=call.m, stride_x_b=x.stride(0) if x.ndim == 3 else 0,
+                    stride_y_b=out.stride(-3) if out.ndim >= 3 else 0)
+        grid_m = triton.cdiv(call.m, flags.block_m)
+    if variant.gather:
+        args.update(GatherIndx=call.gather_indx.src_indx, N_EXPTS_ACT=call.routing.n_expts_act)
+    if variant.scatter:
+        args["WriteBackIndx"] = call.scatter_indx.dst_indx
+    if variant.y_acc_in:
+        args.update(YAccIn=y_acc_in, stride_acc_m=y_acc_in.stride(-2), stride_acc_n=y_acc_in.stride(-1))
+        if not ragged:
+            args["stride_acc_b"] = y_acc_in.stride(0) if y_acc_in.ndim == 3 else 0
+    if variant.bias:
+        args.update(Bias=bias, stride_bias_b=bias.stride(0) if bias.ndim == 2 and bias.shape[0] > 1 else 0)
+    if variant.betas:
+        args["Betas"] = betas
+    if variant.gammas:
+        args["Gammas"] = gammas
+    if variant.activation:
+        args.update(ACTIVATION_FN=call.act.specs.fn, **_fn_args("activation", call.act.specs, call.act.fn_args))
+    if variant.epilogue:
+        args.update(EPILOGUE_FN=call.epi.specs.fn,
+                    **_fn_args("epilogue", call.epi.specs, call.epi.fn_arg_values_matmul))
+    if variant.x.element == "fp32":
+        args["DOT_PRECISION"] = "tf32" if call.pc.allow_tf32 else "ieee"
+    grid = (grid_m * triton.cdiv(call.n, flags.block_n), call.batch, split_k)
+    loader.kernel_for(variant)[grid](**args)
+
+
+def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, out: torch.Tensor, *, gammas,
+                   epilogue_values, scatter_src=None):
+    """Sum ``parts`` (S, B, M, N) over S into ``out`` (B, M, N // reduction_n), applying what is left."""
+    n_parts, batch, m, n = parts.shape
+    block_m, block_n = 32, max(32, min(128, triton.next_power_of_2(n)))
+    args = dict(Y=out, stride_y_b=out.stride(0), stride_y_m=out.stride(1), stride_y_n=out.stride(2),
+                X=parts, stride_x_s=parts.stride(0), stride_x_b=parts.stride(1), stride_x_m=parts.stride(2),
+                stride_x_n=parts.stride(3), M=m, N=n, S=n_parts, BLOCK_M=block_m, BLOCK_N=block_n,
+                num_warps=4)
+    if variant.scatter:
+        args["ScatterSrcIndx"] = scatter_src
+    if variant.gammas:
+        args["Gammas"] = gammas
+    if variant.activation:
+        args.update(ACTIVATION_FN=call.act.specs.fn, **_fn_args("activation", call.act.specs, call.act.fn_args))
+    if variant.epilogue:
+        args.update(EPILOGUE_FN=call.epi.specs.fn, **_fn_args("epilogue", call.epi.specs, epilogue_values))
+    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), batch)
+    loader.kernel_for(variant)[grid](**args)
 
 
 def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, precision_config=None,
                betas=None, gammas=None, out_alpha=None, y=None, fused_comm=None, fused_activation=None,
                epilogue=None, y_acc_in=None, inner_routing_data=None):
-    """Y = epilogue(gammas * act(out_alpha * (X @ W + betas * bias))), for 2-D or batched 3-D X.
+    """Y = epilogue(y_acc_in + gammas * act(out_alpha * (X @ W + betas * bias))), dense, batched or MoE.
 
-    x: (M, K) or (B, M, K); w: (K, N) or (B, K, N); bias: float32 (N,) or (B, N). The result has
-    ``N // reduction_n`` columns (SwiGLU halves them) and dtype ``precision_config.out_dtype`` or
-    x.dtype. A preallocated ``y`` (any strides) is written and returned.
+    Dense: x (M, K), w (K, N), bias (N,). Batched: x (B, M, K), w (B, K, N), bias (B, N) or (N,).
+    MoE (``routing_data`` with a histogram): w (E, K, N), bias (E, N); rows sorted by expert, read
+    through ``gather_indx`` (x holds tokens) and written through ``scatter_indx`` (the k expert
+    outputs of a token are summed; dropped gates add nothing). The result has ``N // reduction_n``
+    columns and dtype ``precision_config.out_dtype`` or x.dtype; a preallocated ``y`` (any strides)
+    is written and returned.
     """
     pc = precision_config if precision_config is not None else PrecisionConfig()
     act = fused_activation if fused_activation is not None else FusedActivation()
     epi = epilogue if epilogue is not None else Epilogue()
-    _reject_unsupported(routing_data, gather_indx, scatter_indx, fused_comm, y_acc_in, inner_routing_data, pc)
+    _reject_unsupported(fused_comm, inner_routing_data, pc)
     _check_tensor(x, "x", ndims=(2, 3))
     _check_tensor(w, "w", ndims=(2, 3))
     plain_format_of(x.dtype, "x")
-    batched = x.ndim == 3
-    if batched and (w.ndim != 3 or w.shape[0] != x.shape[0]):
-        raise SpecError(f"batched x of shape {tuple(x.shape)} needs w of shape (B={x.shape[0]}, K, N), "
-                        f"got {tuple(w.shape)}")
-    if not batched and w.ndim == 3 and w.shape[0] != 1:
-        raise SpecError(f"w of shape {tuple(w.shape)} holds {w.shape[0]} experts but there is no routing_data; "
-                        f"pass a 2-D w (K, N) or a 3-D x for a batched matmul")
     if w.dtype != x.dtype:
         raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
+    batched = x.ndim == 3
+    ragged = routing_data is not None and routing_data.expt_hist is not None
+    if batched:
+        for name, value in (("gather_indx", gather_indx), ("scatter_indx", scatter_indx)):
+            if value is not None:
+                raise SpecError(f"{name} is not supported in batched mode (3-D x); pass 2-D x with routing_data")
+        if ragged:
+            raise SpecError("routing_data is not supported in batched mode (3-D x); pass 2-D x")
+        if w.ndim != 3 or w.shape[0] != x.shape[0]:
+            raise SpecError(f"batched x of shape {tuple(x.shape)} needs w of shape (B={x.shape[0]}, K, N), "
+                            f"got {tuple(w.shape)}")
+    elif not ragged:
+        if gather_indx is not None or scatter_indx is not None:
+            raise SpecError("gather_indx and scatter_indx index expert-sorted rows: pass routing_data with a "
+                            "histogram (ogsgen.routing.routing(...) builds all three)")
+        if w.ndim == 3 and w.shape[0] != 1:
+            raise SpecError(f"w of shape {tuple(w.shape)} holds {w.shape[0]} experts but there is no routing_data; "
+                            f"pass a 2-D w (K, N), a 3-D x for a batched matmul, or routing_data")
+    if ragged:
+        m, out_rows = _check_routing(x, w, routing_data, gather_indx, scatter_indx)
+    else:
+        m = out_rows = x.shape[-2]
     out_dtype = pc.out_dtype or x.dtype
-    batch, m, k = (x.shape[0] if batched else 1), x.shape[-2], x.shape[-1]
-    n = w.shape[-1]
+    batch, k, n = (x.shape[0] if batched else 1), x.shape[-1], w.shape[-1]
     if w.shape[-2] != k:
-        raise SpecError(f"x has K={k} columns but w has {w.shape[-2]} rows (w is (K, N) = {tuple(w.shape)})")
+        raise SpecError(f"x has K={k} columns but w has {w.shape[-2]} rows (w is (..., K, N) = {tuple(w.shape)})")
     reduction_n = act.specs.reduction_n
     if n % reduction_n:
         raise SpecError(f"w has N={n} columns, which the activation {act.specs.name} cannot fold by "
@@ -113,62 +303,80 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         raise SpecError(f"bias must have shape ({n},) or ({w_batch}, {n}), got {tuple(bias.shape)}")
     if bias is not None and bias.stride(-1) != 1 and n > 1:
         raise SpecError("bias must be contiguous along N (stride(-1) == 1); pass bias.contiguous()")
-    for name, rows in (("betas", betas), ("gammas", gammas)):
-        _check_tensor(rows, name, ndims=(1,), dtype=torch.float32)
-        if rows is not None and (rows.shape[0] != m or (rows.stride(0) != 1 and m > 1)):
-            raise SpecError(f"{name} must be a contiguous float32 vector of length M={m}, got shape "
-                            f"{tuple(rows.shape)} and stride {rows.stride()}")
+    _check_vector(betas, "betas", m, torch.float32)
+    _check_vector(gammas, "gammas", m, torch.float32)
     if betas is not None and bias is None:
         raise SpecError("betas scale the bias, but bias is None; pass a bias or drop betas")
     if out_alpha is not None and not isinstance(out_alpha, (int, float)):
         raise TypeError(f"out_alpha must be a Python float, got {type(out_alpha).__name__}")
-    out_shape = (batch, m, n_out) if batched else (m, n_out)
-    if y is not None:
-        _check_tensor(y, "y", ndims=(2, 3))
-        if tuple(y.shape) != out_shape and tuple(y.shape) != (1, m, n_out):
-            raise SpecError(f"y must have shape {out_shape}, got {tuple(y.shape)}")
-        if y.dtype != out_dtype:
-            raise SpecError(f"y has dtype {y.dtype} but the output dtype is {out_dtype}; "
-                            f"set precision_config.out_dtype={y.dtype} or pass a {out_dtype} y")
-    _check_devices(x=x, w=w, bias=bias, betas=betas, gammas=gammas, y=y)
+    out_shape = (batch, out_rows, n_out) if batched else (out_rows, n_out)
+    for name, buffer in (("y", y), ("y_acc_in", y_acc_in)):
+        if buffer is None:
+            continue
+        _check_tensor(buffer, name, ndims=(2, 3))
+        if tuple(buffer.shape) != out_shape and tuple(buffer.shape) != (1, out_rows, n_out):
+            raise SpecError(f"{name} must have shape {out_shape}, got {tuple(buffer.shape)}")
+    if y is not None and y.dtype != out_dtype:
+        raise SpecError(f"y has dtype {y.dtype} but the output dtype is {out_dtype}; "
+                        f"set precision_config.out_dtype={y.dtype} or pass a {out_dtype} y")
+    if y_acc_in is not None and scatter_indx is not None:
+        raise SpecError("y_acc_in cannot be combined with scatter_indx: accumulate after the scatter instead")
+    index_tensors = {} if not ragged else {
+        "routing_data.expt_hist": routing_data.expt_hist,
+        "gather_indx.src_indx": gather_indx.src_indx if gather_indx is not None else None,
+        "scatter_indx.dst_indx": scatter_indx.dst_indx if scatter_indx is not None else None}
+    _check_devices(x=x, w=w, bias=bias, betas=betas, gammas=gammas, y=y, y_acc_in=y_acc_in, **index_tensors)
     if batch > _MAX_GRID_Y:
         raise SpecError(f"batched x has B={batch} > {_MAX_GRID_Y} entries, more than one launch covers; "
                         f"split the batch")
+    if ragged and os.environ.get("OGSGEN_DEBUG", "0") == "1":
+        check_routing_data(routing_data, gather_indx, scatter_indx)
     if y is None:
         y = torch.empty(out_shape, dtype=out_dtype, device=x.device)
-    if batch * m * n_out == 0:
+    if batch * out_rows * n_out == 0:
         return y
+    if ragged and routing_data.expt_data is None:
+        routing_data = RoutingData(routing_data.gate_scal, routing_data.expt_hist, routing_data.n_expts_tot,
+                                   routing_data.n_expts_act, make_ragged_tensor_metadata(routing_data.expt_hist, m),
+                                   routing_data.expected_tokens_per_expt)
 
-    variant = _variant(x.dtype, out_dtype, bias is not None, betas is not None, gammas is not None,
+    variant = _variant(x.dtype, out_dtype, ragged, gather_indx is not None, scatter_indx is not None,
+                       bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs)
-    kernel = loader.kernel_for(variant)
-    flags = make_opt_flags(x.element_size(), batch, m, n, k, reduction_n, current_constraints())
-    args = dict(
-        Y=y, stride_y_b=y.stride(0) if y.ndim == 3 else 0, stride_y_m=y.stride(-2), stride_y_n=y.stride(-1),
-        X=x, stride_x_b=x.stride(0) if batched else 0, stride_x_m=x.stride(-2), stride_x_k=x.stride(-1),
-        W=w, stride_w_b=w.stride(0) if w.ndim == 3 else 0, stride_w_k=w.stride(-2), stride_w_n=w.stride(-1),
-        out_alpha=1.0 if out_alpha is None else float(out_alpha), M=m, N=n, K=k,
-        BLOCK_M=flags.block_m, BLOCK_N=flags.block_n, BLOCK_K=flags.block_k, GROUP_M=flags.group_m,
-        EVEN_K=k % flags.block_k == 0, num_warps=flags.num_warps, num_stages=flags.num_stages,
-    )
-    if bias is not None:
-        args.update(Bias=bias, stride_bias_b=bias.stride(0) if bias.ndim == 2 and bias.shape[0] > 1 else 0)
-    if betas is not None:
-        args["Betas"] = betas
-    if gammas is not None:
-        args["Gammas"] = gammas
-    if variant.activation:
-        args["ACTIVATION_FN"] = act.specs.fn
-        args.update({ARG_PREFIX["activation"] + name: value for name, value in zip(act.specs.fn_arg_names, act.fn_args)})
-    if variant.epilogue:
-        args["EPILOGUE_FN"] = epi.specs.fn
-        args.update({ARG_PREFIX["epilogue"] + name: value for name, value in zip(epi.specs.fn_arg_names, epi.fn_arg_values_matmul)})
-    if variant.x.element == "fp32":
-        args["DOT_PRECISION"] = "tf32" if pc.allow_tf32 else "ieee"
-    grid = (triton.cdiv(m, flags.block_m) * triton.cdiv(n, flags.block_n), batch)
-    if x.is_cuda and x.device.index != torch.cuda.current_device():
-        with torch.cuda.device(x.device):
-            kernel[grid](**args)
-    else:
-        kernel[grid](**args)
+    call = _Launch(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc)
+    n_expts = routing_data.n_expts_tot if ragged else None
+    tokens_per_expt = 0
+    if ragged:
+        tokens_per_expt = routing_data.expected_tokens_per_expt or max(1, m // n_expts)
+    n_sms = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) \
+        if x.is_cuda else None
+    flags = make_opt_flags(x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt,
+                           scatter_indx is None and y_acc_in is None, n_sms, current_constraints())
+    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+        if scatter_indx is not None and routing_data.n_expts_act > 1:
+            matmul_variant, reduce_variant = topk_plan(variant)
+            scratch = torch.empty((m, n_out), dtype=out_dtype, device=x.device)
+            _launch_matmul(matmul_variant, call, flags, scratch, bias=bias, betas=betas, gammas=gammas,
+                           y_acc_in=None, out_alpha=out_alpha)
+            k_act = routing_data.n_expts_act
+            parts = scratch.view(out_rows, k_act, n_out).permute(1, 0, 2).unsqueeze(1)
+            _launch_reduce(reduce_variant, call, parts, _as_3d(y), gammas=None,
+                           epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul,
+                           scatter_src=scatter_indx.src_indx)
+        elif flags.split_k > 1:
+            partials_variant, reduce_variant = split_k_plan(variant)
+            partials = torch.empty((flags.split_k, batch, m, n), dtype=torch.float32, device=x.device)
+            _launch_matmul(partials_variant, call, flags, partials, bias=bias, betas=betas, gammas=None,
+                           y_acc_in=None, out_alpha=out_alpha, split_k=flags.split_k)
+            _launch_reduce(reduce_variant, call, partials, _as_3d(y), gammas=gammas,
+                           epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul)
+        else:
+            if scatter_indx is not None:
+                y.zero_()  # tokens whose only gate was dropped get zeros
+            _launch_matmul(variant, call, flags, y, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in,
+                           out_alpha=out_alpha)
     return y
+
+
+def _as_3d(t: torch.Tensor) -> torch.Tensor:
+    return t if t.ndim == 3 else t.unsqueeze(0)

@@ -1,4 +1,4 @@
-"""Launch parameters (block sizes, warps, stages) chosen per shape and dtype.
+"""Launch parameters (block sizes, warps, stages, split K) chosen per shape and dtype.
 
 Users steer them with :func:`opt_flags_constraints`, a context manager whose constraints hold
 for the calls made inside it, in that thread or task only; nothing is process-wide.
@@ -13,6 +13,7 @@ from functools import lru_cache
 import triton
 
 from ..errors import InapplicableConstraint
+from ..routing.metadata import BLOCK_SIZES
 
 
 @dataclass(frozen=True)
@@ -58,25 +59,50 @@ def current_constraints() -> tuple:
     return _constraints.get()
 
 
-def _heuristic(itemsize: int, batch: int, m: int, n: int, k: int) -> OptFlags:
-    block_m = max(16, min(128, triton.next_power_of_2(max(m, 1))))
+def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
+    """Row tiles of a launch: cdiv(m, block_m), or for ragged rows over n_expts experts the host-side
+    upper bound (each expert wastes at most one partial tile)."""
+    if n_expts is None:
+        return triton.cdiv(m, block_m)
+    if m <= n_expts:
+        return m
+    return triton.cdiv(m - n_expts + 1, block_m) + n_expts - 1
+
+
+def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms) -> OptFlags:
+    rows = tokens_per_expt if n_expts is not None else m
+    block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32.
     block_k = max(16, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
     stage_bytes = (block_m + block_n) * block_k * itemsize
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
-    return OptFlags(block_m, block_n, block_k, group_m=8, num_warps=num_warps, num_stages=num_stages)
+    split_k = 1
+    tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n)
+    k_tiles = triton.cdiv(k, block_k)
+    # Split K only when the tiles leave most SMs idle and each split keeps a long K loop.
+    if can_split and n_sms and 2 * tiles <= n_sms and k_tiles >= 16:
+        split_k = max(1, min(n_sms // tiles, k_tiles // 8, 8))
+    return OptFlags(block_m, block_n, block_k, group_m=8, num_warps=num_warps, num_stages=num_stages,
+                    split_k=split_k)
 
 
 @lru_cache(maxsize=4096)
-def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_n: int,
-                   constraints: tuple = ()) -> OptFlags:
-    """Launch parameters for one call; cached, so repeated shapes cost a dict lookup."""
-    flags = replace(_heuristic(itemsize, batch, m, n, k), **dict(constraints))
-    if flags.split_k != 1:
-        raise InapplicableConstraint(f"split_k={flags.split_k}: split-K needs the reduce kernel, which arrives "
-                                     f"with the mixture-of-experts work; use split_k=1")
+def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_n: int, n_expts: int | None,
+                   tokens_per_expt: int, can_split: bool, n_sms: int | None, constraints: tuple = ()) -> OptFlags:
+    """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
+
+    ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
+    """
+    flags = replace(_heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms),
+                    **dict(constraints))
+    if flags.split_k > 1 and not can_split:
+        raise InapplicableConstraint(f"split_k={flags.split_k} cannot be combined with scatter_indx or y_acc_in; "
+                                     f"use split_k=1")
+    if n_expts is not None and flags.block_m not in BLOCK_SIZES:
+        raise InapplicableConstraint(f"block_m={flags.block_m}: ragged rows need block_m in {BLOCK_SIZES} "
+                                     f"(the sizes the routing metadata is computed for)")
     if flags.block_n % reduction_n:
         raise InapplicableConstraint(f"block_n={flags.block_n} must be a multiple of the activation's "
                                      f"reduction_n ({reduction_n})")

@@ -16,41 +16,70 @@ def _reference_of(specs, argument: str):
 
 def matmul_ogs_torch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, precision_config=None,
                      betas=None, gammas=None, inner_routing_data=None, round_x=None, round_y=None, *,
-                     out_alpha=None, fused_activation=None, epilogue=None):
+                     out_alpha=None, fused_activation=None, epilogue=None, y_acc_in=None):
     """Reference result in float32 arithmetic, returned in ``precision_config.out_dtype`` or x.dtype.
 
-    Order (as in the kernel): X @ W, + bias * betas, * out_alpha, activation, * gammas, epilogue.
-    An epilogue's torch reference is called as ``reference(tile, rows, cols, *fn_arg_values_matmul)``
-    with the output row and column indices of the tile.
+    Per batch entry or expert, in the kernel's order: X @ W, + bias * betas, * out_alpha, activation,
+    * gammas; then ``round_y`` (what a kernel's intermediate storage rounds), the top-k sum of a
+    scatter (dropped gates add nothing), + y_acc_in, and the epilogue. ``round_x(rows, positions)``
+    may round the (gathered) x rows first. An epilogue's torch reference is called as
+    ``reference(tile, rows, cols, *values)`` with the output row and column indices.
+
+    In MoE mode without a scatter, output rows past the routed ones (present only when gates are
+    dropped) are zero here and left unwritten by ``matmul_ogs``.
     """
-    if any(a is not None for a in (gather_indx, scatter_indx, inner_routing_data)) or (
-            routing_data is not None and routing_data.expt_hist is not None):
-        raise UnsupportedError("matmul_ogs_torch: routing, gather, scatter and inner routing are not supported yet")
+    if inner_routing_data is not None:
+        raise UnsupportedError("matmul_ogs_torch: inner_routing_data is not supported yet")
     pc = precision_config if precision_config is not None else PrecisionConfig()
     act = fused_activation if fused_activation is not None else FusedActivation()
     epi = epilogue if epilogue is not None else Epilogue()
     round_x = round_x or (lambda t, rows: t)
     round_y = round_y or (lambda t: t)
-    batched = x.ndim == 3
-    xs = x if batched else x.unsqueeze(0)
-    ws = w if w.ndim == 3 else w.unsqueeze(0)
-    m = xs.shape[1]
-    rows = torch.arange(m, device=x.device)
-    outs = []
-    for b in range(xs.shape[0]):
-        out = torch.matmul(round_x(xs[b], rows).float(), ws[b if ws.shape[0] > 1 else 0].float())
-        if bias is not None:
-            bias_row = bias if bias.ndim == 1 else bias[b if bias.shape[0] > 1 else 0]
-            out = out + (bias_row[None, :] if betas is None else bias_row[None, :] * betas[:, None])
+
+    def segment(rows_x, positions, w_e, bias_e):
+        out = torch.matmul(round_x(rows_x, positions).float(), w_e.float())
+        if bias_e is not None:
+            out = out + (bias_e[None, :] if betas is None else bias_e[None, :] * betas[positions, None])
         if out_alpha is not None:
             out = out * out_alpha
         if not act.specs.is_default:
             out = _reference_of(act.specs, "fused_activation")(out, *act.fn_args)
         if gammas is not None:
-            out = out * gammas[:, None]
-        if not epi.specs.is_default:
-            cols = torch.arange(out.shape[1], device=x.device)
-            out = _reference_of(epi.specs, "epilogue")(out, rows, cols, *epi.fn_arg_values_matmul)
-        outs.append(round_y(out))
-    y = torch.stack(outs).to(pc.out_dtype or x.dtype)
-    return y if batched else y[0]
+            out = out * gammas[positions, None]
+        return round_y(out)
+
+    def bias_of(index):
+        if bias is None:
+            return None
+        return bias if bias.ndim == 1 else bias[index if bias.shape[0] > 1 else 0]
+
+    device = x.device
+    if routing_data is not None and routing_data.expt_hist is not None:
+        k = routing_data.n_expts_act
+        n_rows = gather_indx.src_indx.shape[0] if gather_indx is not None else x.shape[0]
+        ends = torch.cumsum(routing_data.expt_hist.long(), 0).tolist()
+        out = torch.zeros((n_rows, w.shape[-1] // act.specs.reduction_n), device=device)
+        for expert, (lo, hi) in enumerate(zip([0] + ends[:-1], ends)):
+            positions = torch.arange(lo, hi, device=device)
+            rows = gather_indx.src_indx[lo:hi].long() // k if gather_indx is not None else positions
+            out[lo:hi] = segment(x[rows], positions, w[expert], bias_of(expert))
+        if scatter_indx is not None:
+            routed = scatter_indx.dst_indx >= 0
+            summed = torch.zeros((n_rows // k, out.shape[1]), device=device)
+            summed.index_add_(0, scatter_indx.dst_indx[routed].long() // k, out[routed])
+            out = summed
+        outs = out[None]
+    else:
+        xs = x if x.ndim == 3 else x.unsqueeze(0)
+        ws = w if w.ndim == 3 else w.unsqueeze(0)
+        positions = torch.arange(xs.shape[1], device=device)
+        outs = torch.stack([segment(xs[b], positions, ws[b if ws.shape[0] > 1 else 0], bias_of(b))
+                            for b in range(xs.shape[0])])
+    if y_acc_in is not None:
+        outs = outs + (y_acc_in if y_acc_in.ndim == 3 else y_acc_in[None]).float()
+    if not epi.specs.is_default:
+        rows, cols = torch.arange(outs.shape[1], device=device), torch.arange(outs.shape[2], device=device)
+        outs = torch.stack([_reference_of(epi.specs, "epilogue")(o, rows, cols, *epi.fn_arg_values_matmul)
+                            for o in outs])
+    outs = outs.to(pc.out_dtype or x.dtype)
+    return outs if x.ndim == 3 else outs[0]

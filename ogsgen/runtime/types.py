@@ -116,3 +116,5 @@ class Epilogue:
         object.__setattr__(self, "fn_arg_values_matmul", tuple(self.fn_arg_values_matmul))
         object.__setattr__(self, "fn_arg_values_finalize", tuple(self.fn_arg_values_finalize))
         _check_fn_args("epilogue", self.specs, self.fn_arg_values_matmul, "Epilogue.fn_arg_values_matmul")
+        if self.fn_arg_values_finalize:  # values for the reduce kernel; the matmul values when empty
+            _check_fn_args("epilogue", self.specs, self.fn_arg_values_finalize, "Epilogue.fn_arg_values_finalize")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import CatalogError, OgsgenError
 from .formats import BF16, FP16, FP32
-from .variant import FEATURES, KernelVariant, canonical_name
+from .variant import FEATURES, KernelVariant, canonical_name, companions
 
 DEFAULT_CATALOG_NAME = "ogsgen:default"
 
@@ -64,20 +64,34 @@ def variant_product(formats, activations=(None,), epilogues=(None,), family="mat
 
 
 def default_catalog() -> Catalog:
+    """Dense and batched matmuls (the router too), and the MoE shapes of gpt-oss, DeepSeek, Qwen, Mixtral."""
     from ..builtins import swiglu
 
     dense_formats = [(BF16, BF16, BF16), (FP16, FP16, FP16), (FP32, FP32, FP32),
                      (BF16, BF16, FP32), (FP16, FP16, FP32)]
-    dense = variant_product(dense_formats, activations=(None, swiglu), bias=(False, True), gammas=(False, True))
-    return Catalog(DEFAULT_CATALOG_NAME, _unique(dense, DEFAULT_CATALOG_NAME))
+    moe_formats = [(BF16, BF16, BF16), (FP16, FP16, FP16)]
+    variants = [
+        *variant_product(dense_formats, activations=(None, swiglu), bias=(False, True), gammas=(False, True)),
+        # First MoE matmul: gather tokens to experts, fused SwiGLU (gpt-oss with bias, DeepSeek/Qwen without).
+        *variant_product(moe_formats, activations=(None, swiglu), ragged=(True,), gather=(True,),
+                         bias=(False, True)),
+        # Second MoE matmul: scatter back, weighted by the router's gammas, summed over the top-k.
+        *variant_product(moe_formats, ragged=(True,), scatter=(True,), bias=(False, True), gammas=(False, True)),
+        # Rows already sorted by expert (no gather/scatter).
+        *variant_product(moe_formats, activations=(None, swiglu), ragged=(True,), bias=(False, True),
+                         gammas=(False, True)),
+    ]
+    return Catalog(DEFAULT_CATALOG_NAME, _expand(variants, DEFAULT_CATALOG_NAME))
 
 
-def _unique(variants, source) -> tuple[KernelVariant, ...]:
+def _expand(variants, source) -> tuple[KernelVariant, ...]:
+    """The variants, their companions (split-K and top-k reduce kernels), sorted by name, once each."""
     seen = {}
     for i, variant in enumerate(variants):
         if not isinstance(variant, KernelVariant):
             raise CatalogError(f"{source}: VARIANTS[{i}] is a {type(variant).__name__}, not a KernelVariant")
-        seen.setdefault(canonical_name(variant), variant)
+        for needed in (variant, *companions(variant)):
+            seen.setdefault(canonical_name(needed), needed)
     return tuple(seen[name] for name in sorted(seen))
 
 
@@ -113,4 +127,4 @@ def load_catalog_file(path: str | os.PathLike) -> Catalog:
     except TypeError:
         raise CatalogError(f"--spec {path}: VARIANTS must be a list of KernelVariant, "
                            f"got {type(variants).__name__}") from None
-    return Catalog(path.name, _unique(variants, f"--spec {path}"))
+    return Catalog(path.name, _expand(variants, f"--spec {path}"))

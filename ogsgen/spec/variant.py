@@ -1,27 +1,37 @@
 """A kernel variant: everything that changes the source of a generated kernel.
 
-``canonical_name(variant)`` is the one name of a variant: the kernel function name, the file
-name (``<name>.py``), the manifest key, the target of ``ogsgen build --only`` and the name a
-profiler shows. It reads left to right as: family, x/w/y formats, structural features,
-activation, epilogue, e.g. ``ogs_matmul_xbf16_wbf16_ybf16_bias_act_swiglu``.
+``canonical_name(variant)`` is the one name of a variant: the kernel function name, the file name
+(``<name>.py``), the manifest key, the target of ``ogsgen build --only`` and the name a profiler
+shows. It reads left to right as: family, formats, structural features, activation, epilogue, e.g.
+``ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu``.
+
+Families:
+
+* ``matmul``: ``Y = epilogue(y_acc_in + gammas * act(out_alpha * (X @ W + betas * bias)))`` for
+  dense, batched or ragged (expert-sorted, optionally gathered and scattered) rows;
+* ``reduce``: sums partial results (split K, or the k expert outputs of each token after a scatter)
+  and applies what the matmul could not: activation, gammas, epilogue.
+
+A call may need a matmul *and* a reduce kernel; :func:`split_k_plan` and :func:`topk_plan` name
+them, and catalogs include them automatically (:func:`companions`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import SpecError, UnsupportedError
-from .formats import NumericFormat
+from .formats import FP32, NumericFormat
 from .functions import FnSpecs
 
 FAMILIES = {
     # family -> template file
     "matmul": "triton_matmul_ogs.py.jinja",
+    "reduce": "triton_reduce.py.jinja",
 }
 
 # Structural features in the order they appear in canonical names.
-FEATURES = ("bias", "betas", "gammas", "gather", "scatter", "ragged")
-# Features of the spec whose code paths arrive with the mixture-of-experts work.
-_NOT_YET = ("gather", "scatter", "ragged")
+FEATURES = ("ragged", "gather", "scatter", "bias", "betas", "gammas", "y_acc_in")
+_REDUCE_FEATURES = ("scatter", "gammas")
 
 
 @dataclass(frozen=True)
@@ -30,12 +40,13 @@ class KernelVariant:
     w: NumericFormat
     y: NumericFormat
     family: str = "matmul"
+    ragged: bool = False
+    gather: bool = False
+    scatter: bool = False
     bias: bool = False
     betas: bool = False
     gammas: bool = False
-    gather: bool = False
-    scatter: bool = False
-    ragged: bool = False
+    y_acc_in: bool = False
     activation: FnSpecs | None = None
     epilogue: FnSpecs | None = None
 
@@ -47,14 +58,25 @@ class KernelVariant:
             raise SpecError(f"KernelVariant.family must be one of {sorted(FAMILIES)}, got {self.family!r}")
         for fn_kind in ("activation", "epilogue"):
             spec = getattr(self, fn_kind)
+            if spec is not None and not isinstance(spec, FnSpecs):
+                raise SpecError(f"KernelVariant.{fn_kind} must be an FnSpecs, got {type(spec).__name__}")
             if spec is not None and spec.is_default:
                 object.__setattr__(self, fn_kind, None)
             elif spec is not None:
-                if not isinstance(spec, FnSpecs):
-                    raise SpecError(f"KernelVariant.{fn_kind} must be an FnSpecs, got {type(spec).__name__}")
                 spec.check_signature(fn_kind)
         if self.betas and not self.bias:
             raise SpecError("KernelVariant: betas scale the bias, so betas=True needs bias=True")
+        if (self.gather or self.scatter) and not self.ragged and self.family == "matmul":
+            raise SpecError("KernelVariant: gather and scatter index expert-sorted rows, so they need ragged=True")
+        if self.y_acc_in and self.scatter:
+            raise SpecError("KernelVariant: y_acc_in accumulates into unscattered rows; it cannot be combined "
+                            "with scatter")
+        if self.family == "reduce":
+            extra = [f for f in self.features if f not in _REDUCE_FEATURES]
+            if extra:
+                raise SpecError(f"KernelVariant: a reduce kernel takes only features {_REDUCE_FEATURES}, got {extra}")
+            if self.w != self.x:
+                raise SpecError("KernelVariant: a reduce kernel has no w; set w to x's format")
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -68,15 +90,17 @@ class KernelVariant:
     def template(self) -> str:
         return FAMILIES[self.family]
 
+    @property
+    def can_split_k(self) -> bool:
+        """Whether this matmul can write split-K partials: fp32 out and nothing nonlinear after the dot."""
+        return (self.family == "matmul" and self.y == FP32 and not self.scatter and not self.y_acc_in
+                and not self.gammas and self.activation is None and self.epilogue is None)
+
     def functions(self) -> dict[str, FnSpecs]:
         return {kind: spec for kind in ("activation", "epilogue") if (spec := getattr(self, kind)) is not None}
 
     def check_supported(self) -> None:
         """Raise UnsupportedError when the spec is valid but no template path renders it yet."""
-        missing = [f for f in _NOT_YET if getattr(self, f)]
-        if missing:
-            raise UnsupportedError(f"{canonical_name(self)}: features {missing} have no code path yet "
-                                   f"(they arrive with the mixture-of-experts kernels)")
         for fmt_name in ("x", "w", "y"):
             fmt = getattr(self, fmt_name)
             if fmt.scaling != "none":
@@ -98,10 +122,42 @@ class KernelVariant:
 
 
 def canonical_name(variant: KernelVariant) -> str:
-    parts = ["ogs", variant.family, f"x{variant.x.name}", f"w{variant.w.name}", f"y{variant.y.name}"]
-    parts += variant.features
+    parts = ["ogs", variant.family, f"x{variant.x.name}"]
+    if variant.family != "reduce":
+        parts.append(f"w{variant.w.name}")
+    parts += [f"y{variant.y.name}", *variant.features]
     if variant.activation:
         parts += ["act", variant.activation.name]
     if variant.epilogue:
         parts += ["epi", variant.epilogue.name]
     return "_".join(parts)
+
+
+def split_k_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
+    """(partials matmul, reduce) computing ``variant`` with K split: fp32 partials of the linear part
+    (dot, bias, betas, out_alpha), then the sum, activation, gammas and epilogue."""
+    partials = replace(variant, y=FP32, gammas=False, activation=None, epilogue=None)
+    reduce = KernelVariant(FP32, FP32, variant.y, family="reduce", gammas=variant.gammas,
+                           activation=variant.activation, epilogue=variant.epilogue)
+    return partials, reduce
+
+
+def topk_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
+    """(matmul, reduce) computing a scatter with k > 1 experts per token: the matmul writes each gate's
+    row to a scratch buffer in the output dtype, the reduce sums each token's k rows and applies the
+    epilogue once."""
+    matmul = replace(variant, epilogue=None)
+    reduce = KernelVariant(variant.y, variant.y, variant.y, family="reduce", scatter=True,
+                           epilogue=variant.epilogue)
+    return matmul, reduce
+
+
+def companions(variant: KernelVariant) -> list[KernelVariant]:
+    """The other variants a call of ``variant`` may launch (split K, top-k combine)."""
+    if variant.family != "matmul":
+        return []
+    if variant.scatter:
+        return list(topk_plan(variant))
+    if variant.y_acc_in:
+        return []
+    return list(split_k_plan(variant))

@@ -1,0 +1,136 @@
+"""Ragged (expert-sorted) row metadata, computed on the device without host synchronization.
+
+For a histogram ``hist`` (rows per expert) and each block size ``bs`` in ``BLOCK_SIZES``:
+
+* ``slice_offs``  = ``[0, cumsum(hist)]``: where each expert's rows start;
+* ``block_offs(bs)`` = ``[0, cumsum(cdiv(hist, bs))]``: where each expert's row tiles start;
+* ``block_schedule(bs)``: for tile ``j < block_offs(bs)[E]`` the packed entry ``(block << 16) | expert``
+  (expert-major, block-minor), and -1 for the idle tiles after it. Its length is a host-side upper
+  bound of the tile count, so a kernel grid can be sized without reading ``hist`` back.
+
+Example: hist [15, 17, 0, 127], bs 16: slice_offs [0, 15, 32, 32, 159], block_offs [0, 1, 3, 3, 11],
+schedule (e0,b0) (e1,b0) (e1,b1) (e3,b0) ... (e3,b7), then -1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_SIZES = (16, 32, 64, 128)
+MAX_EXPERTS = 1 << 16  # the packed entry keeps the expert in 16 bits
+MAX_BLOCKS = 1 << 15   # and the block index in the 15 bits above them
+
+
+def max_n_tiles(n_expts_tot: int, n_rows: int) -> int:
+    """Upper bound of the row tiles over all experts for the smallest block size."""
+    if n_rows <= n_expts_tot:
+        return n_rows
+    return triton.cdiv(n_rows - n_expts_tot + 1, BLOCK_SIZES[0]) + n_expts_tot - 1
+
+
+@dataclass
+class RaggedTensorMetadata:
+    slice_sizes: torch.Tensor          # (E,) int32, the histogram
+    slice_offs: torch.Tensor           # (E + 1,) int32
+    block_offs_data: torch.Tensor      # (len(BLOCK_SIZES), E + 1) int32
+    block_schedule_data: torch.Tensor  # (len(BLOCK_SIZES), max_n_tiles) int32
+
+    @staticmethod
+    def _row(block_size: int) -> int:
+        if block_size not in BLOCK_SIZES:
+            raise ValueError(f"block_size must be one of {BLOCK_SIZES}, got {block_size}")
+        return BLOCK_SIZES.index(block_size)
+
+    def block_offs(self, block_size: int) -> torch.Tensor:
+        return self.block_offs_data[self._row(block_size)]
+
+    def block_schedule(self, block_size: int) -> torch.Tensor:
+        return self.block_schedule_data[self._row(block_size)]
+
+
+@triton.jit
+def _expert_histogram(ExptIndx, Hist, n_gates, n_expts_tot, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    expert = tl.load(ExptIndx + offs, mask=offs < n_gates, other=-1)
+    # -1 marks a dropped (or non-local) gate: it belongs to no expert.
+    valid = (expert >= 0) & (expert < n_expts_tot)
+    tl.atomic_add(Hist + tl.where(valid, expert, 0), 1, mask=valid, sem="relaxed")
+
+
+@triton.jit
+def _ragged_metadata(Hist, SliceOffs, BlockOffs, BlockSchedule, n_expts_tot, n_tiles,
+                     BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, SMALLEST_BLOCK: tl.constexpr):
+    # Program (i, j): block size SMALLEST_BLOCK << i, schedule entries [j * BLOCK_T, (j + 1) * BLOCK_T).
+    size_row = tl.program_id(0)
+    block_size = SMALLEST_BLOCK << size_row
+    experts = tl.arange(0, BLOCK_E)
+    hist = tl.load(Hist + experts, mask=experts < n_expts_tot, other=0)
+    n_blocks = (hist + block_size - 1) // block_size
+    blocks_end = tl.cumsum(n_blocks, 0)
+    blocks_start = blocks_end - n_blocks
+    if tl.program_id(1) == 0:
+        offs_row = BlockOffs + size_row * (n_expts_tot + 1)
+        tl.store(offs_row + experts + 1, blocks_end, mask=experts < n_expts_tot)
+        tl.store(offs_row, 0)
+        if size_row == 0:
+            tl.store(SliceOffs + experts + 1, tl.cumsum(hist, 0), mask=experts < n_expts_tot)
+            tl.store(SliceOffs, 0)
+    tiles = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    # The expert of tile t is the number of experts whose tiles all end at or before t.
+    ends_before = blocks_end[None, :] <= tiles[:, None]
+    expert = tl.sum(ends_before.to(tl.int32), axis=1)
+    start = tl.sum(tl.where(experts[None, :] == expert[:, None], blocks_start[None, :], 0), axis=1)
+    entry = tl.where(expert < n_expts_tot, ((tiles - start) << 16) | expert, -1)
+    tl.store(BlockSchedule + size_row * n_tiles + tiles, entry, mask=tiles < n_tiles)
+
+
+def expert_histogram(expt_indx: torch.Tensor, n_expts_tot: int) -> torch.Tensor:
+    """Rows per expert of a flat int32 expert-id tensor (-1 = dropped), on the device, without a sync."""
+    hist = torch.zeros(n_expts_tot, dtype=torch.int32, device=expt_indx.device)
+    n_gates = expt_indx.numel()
+    if n_gates:
+        block = 1024
+        _expert_histogram[(triton.cdiv(n_gates, block),)](expt_indx, hist, n_gates, n_expts_tot, BLOCK=block)
+    return hist
+
+
+def make_ragged_tensor_metadata(hist: torch.Tensor, n_rows: int) -> RaggedTensorMetadata:
+    """Device metadata of ``hist`` (int32, (E,)) for ``n_rows`` rows at most (the host-side bound)."""
+    n_expts_tot = hist.shape[0]
+    if n_expts_tot > MAX_EXPERTS:
+        raise ValueError(f"at most {MAX_EXPERTS} experts fit the packed block schedule, got {n_expts_tot}")
+    n_tiles = max_n_tiles(n_expts_tot, n_rows)
+    if triton.cdiv(n_rows, BLOCK_SIZES[0]) > MAX_BLOCKS:
+        raise ValueError(f"n_rows={n_rows} makes more than {MAX_BLOCKS} row tiles per expert possible; the packed "
+                         f"block schedule holds 15 bits of block index")
+    device = hist.device
+    slice_offs = torch.empty(n_expts_tot + 1, dtype=torch.int32, device=device)
+    block_offs = torch.empty(len(BLOCK_SIZES), n_expts_tot + 1, dtype=torch.int32, device=device)
+    schedule = torch.empty(len(BLOCK_SIZES), n_tiles, dtype=torch.int32, device=device)
+    block_e = max(16, triton.next_power_of_2(n_expts_tot))
+    block_t = max(16, min(128, 16384 // block_e))
+    grid = (len(BLOCK_SIZES), max(1, triton.cdiv(n_tiles, block_t)))
+    _ragged_metadata[grid](hist, slice_offs, block_offs, schedule, n_expts_tot, n_tiles, BLOCK_E=block_e,
+                           BLOCK_T=block_t, SMALLEST_BLOCK=BLOCK_SIZES[0])
+    return RaggedTensorMetadata(hist, slice_offs, block_offs, schedule)
+
+
+def make_ragged_tensor_metadata_torch(hist: torch.Tensor, n_rows: int) -> RaggedTensorMetadata:
+    """Reference implementation (synchronizes; for tests)."""
+    n_expts_tot = hist.shape[0]
+    n_tiles = max_n_tiles(n_expts_tot, n_rows)
+    zero = torch.zeros(1, dtype=torch.int32, device=hist.device)
+    slice_offs = torch.cat([zero, torch.cumsum(hist, 0).int()])
+    offs_rows, schedule_rows = [], []
+    for block_size in BLOCK_SIZES:
+        n_blocks = (hist + block_size - 1) // block_size
+        offs_rows.append(torch.cat([zero, torch.cumsum(n_blocks, 0).int()]))
+        experts = torch.repeat_interleave(torch.arange(n_expts_tot, device=hist.device), n_blocks.long())
+        blocks = torch.cat([torch.arange(int(n), device=hist.device) for n in n_blocks.tolist()] or [zero[:0]])
+        schedule = torch.full((n_tiles,), -1, dtype=torch.int32, device=hist.device)
+        schedule[:experts.numel()] = ((blocks << 16) | experts).int()
+        schedule_rows.append(schedule)
+    return RaggedTensorMetadata(hist, slice_offs, torch.stack(offs_rows), torch.stack(schedule_rows))

@@ -1,0 +1,92 @@
+"""From router logits (or top-k ids and weights computed elsewhere) to RoutingData, GatherIndx, ScatterIndx.
+
+Gate ``g = token * k + slot`` is one (token, expert) pair. Gates are sorted by expert, stably, so
+the rows of each expert are contiguous and keep token order. ``GatherIndx.src_indx[p]`` is the gate
+at sorted position ``p`` and ``ScatterIndx.src_indx[g]`` the sorted position of gate ``g``; dropped
+gates (expert id -1) have no position: they are -1 there and -1 fills the tail of the sorted order.
+
+Everything here runs on the device without host synchronization: torch's top-k, sort and scatter,
+and Triton kernels for the histogram and the ragged metadata.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import SpecError
+from ..runtime.types import GatherIndx, RoutingData, ScatterIndx
+from .metadata import expert_histogram, make_ragged_tensor_metadata
+
+
+def _check_topk_inputs(topk_ids, topk_weights, n_expts_tot):
+    if not isinstance(topk_ids, torch.Tensor) or topk_ids.ndim != 2:
+        raise SpecError(f"topk_ids must be a (n_tokens, k) tensor, got "
+                        f"{tuple(topk_ids.shape) if isinstance(topk_ids, torch.Tensor) else type(topk_ids).__name__}")
+    if topk_ids.dtype not in (torch.int16, torch.int32, torch.int64):
+        raise SpecError(f"topk_ids must hold integer expert ids, got {topk_ids.dtype}")
+    if not isinstance(topk_weights, torch.Tensor) or topk_weights.shape != topk_ids.shape:
+        raise SpecError(f"topk_weights must be a tensor of topk_ids' shape {tuple(topk_ids.shape)}, got "
+                        f"{tuple(topk_weights.shape) if isinstance(topk_weights, torch.Tensor) else topk_weights!r}")
+    if topk_weights.device != topk_ids.device:
+        raise SpecError(f"topk_weights is on {topk_weights.device} but topk_ids is on {topk_ids.device}")
+    if not isinstance(n_expts_tot, int) or n_expts_tot < 1:
+        raise SpecError(f"n_expts_tot must be a positive int, got {n_expts_tot!r}")
+
+
+def routing_from_topk(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expts_tot: int,
+                      expected_tokens_per_expt: int | None = None):
+    """Routing for top-k choices made elsewhere (vLLM, expert parallelism).
+
+    topk_ids: (n_tokens, k) expert ids, -1 for a dropped or non-local expert; any k.
+    topk_weights: (n_tokens, k) gate weights, become ``RoutingData.gate_scal`` in sorted order.
+    """
+    _check_topk_inputs(topk_ids, topk_weights, n_expts_tot)
+    n_tokens, n_expts_act = topk_ids.shape
+    device = topk_ids.device
+    flat = topk_ids.reshape(-1).to(torch.int32)
+    n_gates = flat.numel()
+    valid = (flat >= 0) & (flat < n_expts_tot)
+    # Dropped gates sort after every expert (key E), then get no position.
+    keys = torch.where(valid, flat, n_expts_tot)
+    sorted_to_gate = torch.argsort(keys, stable=True).to(torch.int32)
+    gate_to_sorted = torch.empty_like(sorted_to_gate)
+    gate_to_sorted.scatter_(0, sorted_to_gate.long(), torch.arange(n_gates, dtype=torch.int32, device=device))
+    sorted_valid = valid.gather(0, sorted_to_gate.long())
+    sorted_to_gate = torch.where(sorted_valid, sorted_to_gate, -1)
+    gate_to_sorted = torch.where(valid, gate_to_sorted, -1)
+    weights = topk_weights.reshape(-1)
+    gate_scal = torch.where(sorted_valid, weights.gather(0, sorted_to_gate.clamp_min(0).long()), 0)
+    hist = expert_histogram(flat, n_expts_tot)
+    routing_data = RoutingData(gate_scal, hist, n_expts_tot, n_expts_act,
+                               expt_data=make_ragged_tensor_metadata(hist, n_gates),
+                               expected_tokens_per_expt=expected_tokens_per_expt)
+    return (routing_data, GatherIndx(src_indx=sorted_to_gate, dst_indx=gate_to_sorted),
+            ScatterIndx(src_indx=gate_to_sorted, dst_indx=sorted_to_gate))
+
+
+def routing(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False, expt_indx: torch.Tensor | None = None):
+    """Top-``n_expts_act`` routing of router ``logits`` (n_tokens, E).
+
+    Each token's experts are sorted by id; gate weights are the softmax over the selected logits
+    (``sm_first``: the softmax over all logits, taken before the top-k). ``expt_indx`` (n_tokens, k)
+    gives the experts instead of the top-k.
+    """
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 2:
+        raise SpecError("logits must be a (n_tokens, n_expts_tot) tensor")
+    if not logits.dtype.is_floating_point:
+        raise SpecError(f"logits must be floating point, got {logits.dtype}")
+    n_expts_tot = logits.shape[1]
+    if not isinstance(n_expts_act, int) or not 1 <= n_expts_act <= n_expts_tot:
+        raise SpecError(f"n_expts_act must be an int in [1, n_expts_tot={n_expts_tot}], got {n_expts_act!r}")
+    scores = torch.softmax(logits.float(), dim=-1) if sm_first else logits.float()
+    if expt_indx is None:
+        scores, expt_indx = torch.topk(scores, n_expts_act, dim=-1)
+    else:
+        if tuple(expt_indx.shape) != (logits.shape[0], n_expts_act):
+            raise SpecError(f"expt_indx must have shape ({logits.shape[0]}, {n_expts_act}), "
+                            f"got {tuple(expt_indx.shape)}")
+        scores = scores.gather(1, expt_indx.long())
+    expt_indx, order = torch.sort(expt_indx.to(torch.int32), dim=-1, stable=True)
+    scores = scores.gather(1, order)
+    if not sm_first:
+        scores = torch.softmax(scores, dim=-1)
+    return routing_from_topk(expt_indx, scores.to(logits.dtype), n_expts_tot)

@@ -1,0 +1,272 @@
+"""Mixture of experts: routing metadata, ragged matmul with gather/scatter, top-k combine, split K."""
+import os
+
+import pytest
+import torch
+
+import ogsgen
+from ogsgen.codegen import build
+from ogsgen.runtime import loader
+from ogsgen.routing import (make_ragged_tensor_metadata, make_ragged_tensor_metadata_torch, routing,
+                            routing_from_topk, routing_from_topk_torch, routing_torch)
+from ogsgen.spec import BF16, FP16, FP32, Catalog, KernelVariant, default_catalog, variant_product
+from ogsgen.spec.catalog import _expand
+from cases import run_moe_case
+
+DEFAULT = default_catalog().by_name()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def moe_test_kernels(tmp_path_factory):
+    """Every combination of the MoE features the tests use (more than the default catalog ships)."""
+    variants = [
+        *variant_product([(FP16, FP16, FP16), (BF16, BF16, BF16)], activations=(None, ogsgen.swiglu),
+                         ragged=(True,), gather=(False, True), scatter=(False, True), bias=(False, True),
+                         gammas=(False, True)),
+        *variant_product([(FP16, FP16, FP16), (FP32, FP32, FP32)], ragged=(True,), gather=(False, True),
+                         betas=(True,), bias=(True,), y_acc_in=(True,)),
+    ]
+    out = tmp_path_factory.mktemp("moe_kernels")
+    build(Catalog("moe_tests", _expand(variants, "moe_tests")), out)
+    ogsgen.add_search_path(out)
+
+
+def _routing_equal(a, b):
+    (rd_a, gi_a, si_a), (rd_b, gi_b, si_b) = a, b
+    assert torch.equal(rd_a.expt_hist, rd_b.expt_hist)
+    for field in ("slice_sizes", "slice_offs", "block_offs_data", "block_schedule_data"):
+        assert torch.equal(getattr(rd_a.expt_data, field), getattr(rd_b.expt_data, field)), field
+    for got, want in ((gi_a, gi_b), (si_a, si_b)):
+        assert torch.equal(got.src_indx, want.src_indx) and torch.equal(got.dst_indx, want.dst_indx)
+    torch.testing.assert_close(rd_a.gate_scal, rd_b.gate_scal, atol=0, rtol=0)
+
+
+# ---------------------------------------------------------------- routing
+
+@pytest.mark.parametrize("n_tokens,n_expts,k", [(1, 4, 1), (5, 8, 3), (7, 256, 8), (255, 128, 4), (256, 8, 2),
+                                                (371, 128, 32), (1023, 64, 6), (4096, 256, 8), (911, 1500, 8)])
+@pytest.mark.parametrize("sm_first", [False, True])
+def test_routing_matches_reference(n_tokens, n_expts, k, sm_first, device):
+    logits = torch.randn(n_tokens, n_expts, device=device)
+    _routing_equal(routing(logits, k, sm_first=sm_first), routing_torch(logits, k, sm_first=sm_first))
+
+
+def test_routing_skewed_and_empty_experts(device):
+    logits = torch.randn(300, 64, device=device)
+    logits[:, :3] += 8.0           # three hot experts
+    logits[:, 40:] -= 100.0        # experts nobody picks
+    result = routing(logits, 4)
+    _routing_equal(result, routing_torch(logits, 4))
+    hist = result[0].expt_hist
+    assert (hist[40:] == 0).all() and hist[:3].min() > 200 and int(hist.sum()) == 1200
+
+
+def test_routing_given_expert_ids(device):
+    logits = torch.randn(50, 16, device=device)
+    ids = torch.stack([torch.randperm(16, device=device)[:3] for _ in range(50)])
+    _routing_equal(routing(logits, 3, expt_indx=ids), routing_torch(logits, 3, expt_indx=ids))
+
+
+@pytest.mark.parametrize("n_tokens,n_expts,k,drop", [(64, 16, 1, 0.3), (64, 16, 4, 0.5), (9, 128, 3, 0.2),
+                                                     (200, 8, 8, 0.0), (33, 4, 2, 1.0)])
+def test_routing_from_topk_with_dropped_gates(n_tokens, n_expts, k, drop, device):
+    weights, ids = torch.topk(torch.rand(n_tokens, n_expts, device=device), k, dim=-1)
+    ids = torch.where(torch.rand(ids.shape, device=device) < drop, -1, ids).int()
+    result = routing_from_topk(ids, weights, n_expts)
+    _routing_equal(result, routing_from_topk_torch(ids, weights, n_expts))
+    n_kept = int((ids >= 0).sum())
+    assert int(result[0].expt_hist.sum()) == n_kept
+    assert (result[1].src_indx[n_kept:] == -1).all() and (result[2].src_indx[ids.reshape(-1) < 0] == -1).all()
+
+
+def test_metadata_example():
+    hist = torch.tensor([15, 17, 0, 127], dtype=torch.int32)
+    meta = make_ragged_tensor_metadata(hist, 159)
+    assert meta.slice_offs.tolist() == [0, 15, 32, 32, 159]
+    assert meta.block_offs(16).tolist() == [0, 1, 3, 3, 11]
+    schedule = meta.block_schedule(16).tolist()
+    assert schedule[:11] == [0, 1, (1 << 16) | 1] + [(b << 16) | 3 for b in range(8)]
+    assert set(schedule[11:]) == {-1}
+    ref = make_ragged_tensor_metadata_torch(hist, 159)
+    assert torch.equal(meta.block_schedule_data, ref.block_schedule_data)
+
+
+def test_routing_errors(device):
+    with pytest.raises(ogsgen.SpecError, match=r"n_expts_act must be an int in \[1, n_expts_tot=4\]"):
+        routing(torch.randn(3, 4, device=device), 5)
+    with pytest.raises(ogsgen.SpecError, match="topk_weights must be a tensor of topk_ids' shape"):
+        routing_from_topk(torch.zeros(3, 2, dtype=torch.int32), torch.zeros(3, 1), 4)
+    with pytest.raises(ogsgen.SpecError, match="topk_ids must hold integer expert ids"):
+        routing_from_topk(torch.zeros(3, 2), torch.zeros(3, 2), 4)
+
+
+# ---------------------------------------------------------------- ragged matmul
+
+def _variant(dtype=FP16, **features):
+    return KernelVariant(dtype, dtype, dtype, ragged=True, **features)
+
+
+# Upstream's non-mx ragged cases (matmul_ogs_semantics.md §5.2) at CPU-sized shapes:
+# (tokens, n, k, E, k_act, split_k).
+UPSTREAM = [(16, 64, 64, 128, 4, None), (16, 64, 64, 128, 4, 3), (16, 64, 64, 3, 1, None), (64, 64, 64, 4, 1, None),
+            (64, 64, 64, 4, 1, 3), (75, 48, 40, 1, 1, None), (125, 48, 40, 3, 1, None), (60, 72, 70, 8, 2, None),
+            (60, 72, 70, 8, 2, 9)]
+
+
+@pytest.mark.parametrize("tokens,n,k,n_expts,k_act,split_k", UPSTREAM)
+@pytest.mark.parametrize("gather,scatter", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("gammas", [False, True])
+def test_upstream_ragged_cases(tokens, n, k, n_expts, k_act, split_k, gather, scatter, gammas, device):
+    if split_k and scatter:
+        pytest.skip("split K with a scatter is rejected (tested in test_split_k_with_scatter_is_rejected)")
+    variant = _variant(gather=gather, scatter=scatter, bias=True, gammas=gammas)
+    with ogsgen.opt_flags_constraints(block_m=16, block_k=16, block_n=32):
+        run_moe_case(variant, tokens, n, k, n_expts, k_act, device, split_k=split_k)
+
+
+@pytest.mark.parametrize("k_act", [1, 2, 4, 8])
+@pytest.mark.parametrize("dtype", [FP16, BF16])
+def test_gather_swiglu_then_scatter(k_act, dtype, device):
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32):
+        run_moe_case(_variant(dtype, gather=True, bias=True, activation=ogsgen.swiglu), 40, 64, 48, 16, k_act,
+                     device)
+        run_moe_case(_variant(dtype, scatter=True, bias=True, gammas=True), 40, 48, 32, 16, k_act, device)
+
+
+@pytest.mark.parametrize("drop", [0.25, 1.0])
+@pytest.mark.parametrize("k_act", [1, 3])
+def test_dropped_gates_contribute_nothing(drop, k_act, device):
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32):
+        run_moe_case(_variant(gather=True, bias=True), 30, 32, 32, 8, k_act, device, drop=drop)
+        run_moe_case(_variant(scatter=True, gammas=True), 30, 32, 32, 8, k_act, device, drop=drop)
+        run_moe_case(_variant(gather=True, scatter=True), 30, 32, 32, 8, k_act, device, drop=drop)
+
+
+@pytest.mark.parametrize("split_k", [None, 2, 5])
+def test_fused_activation_with_split_k(split_k, device):
+    variant = _variant(BF16, gather=True, bias=True, gammas=True, activation=ogsgen.swiglu)
+    with ogsgen.opt_flags_constraints(block_m=16, block_k=16, block_n=32):
+        run_moe_case(variant, 48, 64, 96, 4, 2, device, split_k=split_k)
+
+
+@pytest.mark.parametrize("dtype", [FP16, FP32])
+@pytest.mark.parametrize("gather", [False, True])
+def test_y_acc_in(dtype, gather, device):
+    variant = _variant(dtype, gather=gather, bias=True, betas=True, y_acc_in=True)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32):
+        run_moe_case(variant, 20, 32, 24, 4, 2, device)
+
+
+def test_y_acc_in_same_tensor_as_y(device, monkeypatch, tmp_path):
+    # No catalog here ships the dense y_acc_in variant: generate it on demand.
+    monkeypatch.setattr(loader, "_on_demand", True)
+    monkeypatch.setenv("OGSGEN_CACHE_DIR", str(tmp_path))
+    x = torch.randn(6, 16, device=device, dtype=torch.float16)
+    w = torch.randn(16, 32, device=device, dtype=torch.float16)
+    acc = torch.randn(6, 32, device=device, dtype=torch.float16)
+    expected = (x.float() @ w.float() + acc.float()).half()
+    y = ogsgen.matmul_ogs(x, w, None, y=acc, y_acc_in=acc)
+    assert y.data_ptr() == acc.data_ptr()
+    torch.testing.assert_close(y, expected, atol=2e-2, rtol=1e-2)
+
+
+def test_split_k_equals_unsplit_on_dense_and_batched(device):
+    for batch in (None, 3):
+        lead = (batch,) if batch else ()
+        x = torch.randn(lead + (20, 256), device=device, dtype=torch.float16)
+        w = torch.randn(lead + (256, 48), device=device, dtype=torch.float16)
+        bias, gammas = torch.randn(lead + (48,), device=device), torch.rand(20, device=device)
+        act = ogsgen.FusedActivation(ogsgen.swiglu, (1.0, 1.2))
+        with ogsgen.opt_flags_constraints(block_k=16, block_m=16, block_n=32):
+            unsplit = ogsgen.matmul_ogs(x, w, bias, gammas=gammas, fused_activation=act)
+            with ogsgen.opt_flags_constraints(split_k=4):
+                split = ogsgen.matmul_ogs(x, w, bias, gammas=gammas, fused_activation=act)
+        torch.testing.assert_close(split.float(), unsplit.float(), atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("tokens,n,k", [(0, 5, 7), (5, 0, 7), (5, 8, 0)])
+def test_ragged_zero_sizes(tokens, n, k, device):
+    rd, gi, si = routing(torch.randn(tokens, 4, device=device), 2)
+    x = torch.randn(tokens, k, device=device, dtype=torch.float16)
+    w = torch.randn(4, k, n, device=device, dtype=torch.float16)
+    bias = torch.randn(4, n, device=device)
+    y = ogsgen.matmul_ogs(x, w, bias, rd, gather_indx=gi)
+    assert y.shape == (tokens * 2, n)
+    if k == 0 and tokens:
+        ref = ogsgen.matmul_ogs_torch(x, w, bias, rd, gather_indx=gi)
+        torch.testing.assert_close(y, ref)
+    z = ogsgen.matmul_ogs(torch.randn(tokens * 2, k, device=device, dtype=torch.float16), w, None, rd,
+                          scatter_indx=si)
+    assert z.shape == (tokens, n)
+
+
+def test_split_k_with_scatter_is_rejected(device):
+    rd, gi, si = routing(torch.randn(8, 4, device=device), 2)
+    x = torch.randn(16, 32, device=device, dtype=torch.float16)
+    w = torch.randn(4, 32, 16, device=device, dtype=torch.float16)
+    with ogsgen.opt_flags_constraints(split_k=2):
+        with pytest.raises(ogsgen.InapplicableConstraint, match="split_k=2 cannot be combined with scatter_indx"):
+            ogsgen.matmul_ogs(x, w, None, rd, scatter_indx=si)
+
+
+# ---------------------------------------------------------------- bad MoE inputs
+
+def _moe_inputs(device, tokens=8, n_expts=4, k_act=2):
+    rd, gi, si = routing(torch.randn(tokens, n_expts, device=device), k_act)
+    x = torch.randn(tokens, 32, device=device, dtype=torch.float16)
+    w = torch.randn(n_expts, 32, 16, device=device, dtype=torch.float16)
+    return rd, gi, si, x, w
+
+
+def test_moe_bad_inputs(device):
+    rd, gi, si, x, w = _moe_inputs(device)
+    bad = ogsgen.GatherIndx(gi.src_indx.long(), gi.dst_indx)
+    with pytest.raises(ogsgen.SpecError, match="gather_indx.src_indx must be torch.int32"):
+        ogsgen.matmul_ogs(x, w, None, rd, gather_indx=bad)
+    short = ogsgen.GatherIndx(gi.src_indx[:-1], gi.dst_indx)
+    with pytest.raises(ogsgen.SpecError, match="gather_indx.src_indx must be a contiguous .* of length 16"):
+        ogsgen.matmul_ogs(x, w, None, rd, gather_indx=short)
+    on_meta = ogsgen.GatherIndx(torch.empty(16, dtype=torch.int32, device="meta"), gi.dst_indx)
+    with pytest.raises(ogsgen.SpecError, match="gather_indx.src_indx is on meta"):
+        ogsgen.matmul_ogs(x, w, None, rd, gather_indx=on_meta)
+    with pytest.raises(ogsgen.SpecError, match=r"w must hold one \(K, N\) matrix per expert, shape \(4, K, N\)"):
+        ogsgen.matmul_ogs(x, w[:3], None, rd, gather_indx=gi)
+    with pytest.raises(ogsgen.SpecError, match="gather_indx is not supported in batched mode"):
+        ogsgen.matmul_ogs(x[None], w[:1], None, gather_indx=gi)
+    with pytest.raises(ogsgen.SpecError, match="scatter_indx is not supported in batched mode"):
+        ogsgen.matmul_ogs(x[None], w[:1], None, scatter_indx=si)
+    with pytest.raises(ogsgen.SpecError, match="need routing_data|pass routing_data"):
+        ogsgen.matmul_ogs(x, w[0], None, gather_indx=gi)
+    xs = torch.randn(16, 32, device=device, dtype=torch.float16)
+    with pytest.raises(ogsgen.SpecError, match="y_acc_in cannot be combined with scatter_indx"):
+        ogsgen.matmul_ogs(xs, w, None, rd, scatter_indx=si, y_acc_in=torch.zeros(8, 16, device=device).half())
+    with pytest.raises(ogsgen.SpecError, match=r"y_acc_in must have shape \(16, 16\)"):
+        ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi, y_acc_in=torch.zeros(8, 16, device=device).half())
+    hist = ogsgen.RoutingData(rd.gate_scal, rd.expt_hist[:3], 4, 2)
+    with pytest.raises(ogsgen.SpecError, match="routing_data.expt_hist must be a contiguous .* of length 4"):
+        ogsgen.matmul_ogs(x, w, None, hist, gather_indx=gi)
+
+
+def test_histogram_mismatch_is_caught_in_debug_mode(device, monkeypatch):
+    rd, gi, si, x, w = _moe_inputs(device)
+    wrong = ogsgen.RoutingData(rd.gate_scal, torch.roll(rd.expt_hist, 1) + 1, 4, 2)
+    monkeypatch.setenv("OGSGEN_DEBUG", "1")
+    with pytest.raises(ogsgen.SpecError, match="histogram does not match the indices"):
+        ogsgen.matmul_ogs(x, w, None, wrong, gather_indx=gi)
+    swapped = ogsgen.GatherIndx(gi.src_indx, torch.roll(gi.dst_indx, 1))
+    with pytest.raises(ogsgen.SpecError, match="not inverse permutations"):
+        ogsgen.matmul_ogs(x, w, None, rd, gather_indx=swapped)
+
+
+# ---------------------------------------------------------------- catalog
+
+def test_default_catalog_has_the_moe_models_variants():
+    for name in ["ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu",   # gpt-oss w1
+                 "ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_bias_gammas",      # gpt-oss w2
+                 "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_act_swiglu",        # DeepSeek/Qwen w1
+                 "ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_gammas",           # DeepSeek/Qwen w2
+                 "ogs_matmul_xbf16_wbf16_yfp32",                                 # router logits
+                 "ogs_reduce_xbf16_ybf16_scatter",                               # top-k combine
+                 "ogs_matmul_xbf16_wbf16_yfp32_ragged_gather_bias",              # split-K partials of w1
+                 "ogs_reduce_xfp32_ybf16_act_swiglu"]:                           # and their reduce
+        assert name in DEFAULT, name
