@@ -62,7 +62,7 @@ def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts:
     ``drop``: the fraction of gates routed to no local expert (-1), as with expert parallelism.
     """
     from ogsgen import opt_flags_constraints
-    from ogsgen.routing import routing_from_topk
+    from ogsgen.moe import routing_from_topk
 
     dtype, out_dtype = variant.x.torch_dtype, variant.y.torch_dtype
     logits = torch.randn(n_tokens, n_expts, device=device)

@@ -132,7 +132,7 @@ def test_bad_constraints(constraints, message):
 
 
 def test_ragged_block_m_constraint_is_inapplicable(device):
-    from ogsgen.routing import routing
+    from ogsgen.moe import routing
     rd, gi, _ = routing(torch.randn(8, 4, device=device), 2)
     x, _ = _xw(device)
     w = torch.randn(4, 16, 32, device=device, dtype=torch.float16)

@@ -1,12 +1,17 @@
 """Numeric cases at realistic sizes, on a CUDA GPU only (results recorded in docs/gpu_runs.md)."""
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import ogsgen
 from ogsgen.codegen import build
+from ogsgen.moe import routing, routing_torch
 from ogsgen.spec import default_catalog, load_catalog_file
-from cases import run_case
+from cases import run_case, run_moe_case
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 pytestmark = pytest.mark.gpu
 DEFAULT = default_catalog().by_name()
@@ -50,3 +55,64 @@ def test_custom_functions_realistic(tmp_path):
     for variant in catalog.variants:
         if variant.family == "matmul":
             run_case(variant, 1000, 704, 608, "cuda")
+
+
+# ---------------------------------------------------------------- mixture of experts
+
+@pytest.mark.parametrize("n_tokens,n_expts,k", [(4096, 256, 8), (8192, 128, 4), (1, 128, 4), (3000, 1500, 8)])
+def test_routing_at_scale(n_tokens, n_expts, k):
+    from test_moe import _routing_equal
+    logits = torch.randn(n_tokens, n_expts, device="cuda")
+    _routing_equal(routing(logits, k), routing_torch(logits, k))
+
+
+MOE_SHAPES = [  # name, tokens, n, k, E, k_act
+    ("gpt-oss w1", "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu", 2048, 5760, 2880, 128, 4),
+    ("gpt-oss w2", "ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_bias_gammas", 2048, 2880, 2880, 128, 4),
+    ("gpt-oss w1 decode", "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu", 8, 5760, 2880, 128, 4),
+    ("DeepSeek-V3 w1", "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_act_swiglu", 512, 4096, 7168, 256, 8),
+    ("DeepSeek-V3 w2", "ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_gammas", 512, 7168, 2048, 256, 8),
+    ("Mixtral w2 fp16", "ogs_matmul_xfp16_wfp16_yfp16_ragged_scatter_gammas", 1000, 4096, 1024, 8, 2),
+]
+
+
+@pytest.mark.parametrize("label,name,tokens,n,k,n_expts,k_act", MOE_SHAPES, ids=[s[0] for s in MOE_SHAPES])
+def test_moe_realistic(label, name, tokens, n, k, n_expts, k_act):
+    run_moe_case(DEFAULT[name], tokens, n, k, n_expts, k_act, "cuda")
+
+
+def test_moe_dropped_gates_realistic():
+    run_moe_case(DEFAULT["ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_bias_gammas"], 777, 2880, 2880, 64, 4,
+                 "cuda", drop=0.3)
+
+
+@pytest.mark.parametrize("split_k", [None, 4])
+def test_split_k_realistic(split_k):
+    run_case(DEFAULT["ogs_matmul_xbf16_wbf16_ybf16_bias_gammas_act_swiglu"], 64, 5760, 2880, "cuda")
+    with ogsgen.opt_flags_constraints(**({"split_k": split_k} if split_k else {})):
+        run_moe_case(DEFAULT["ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu"], 16, 5760, 2880, 128,
+                     4, "cuda")
+
+
+def test_moe_layer_makes_no_host_synchronization():
+    # Anything that copies device data to the host (or otherwise synchronizes) raises in this mode.
+    from moe_layer import moe_layer
+    t, h, i, e = 512, 1024, 512, 64
+    x = torch.randn(t, h, device="cuda").bfloat16()
+    w_router = torch.randn(h, e, device="cuda").bfloat16()
+    w1, b1 = torch.randn(e, h, 2 * i, device="cuda").bfloat16(), torch.randn(e, 2 * i, device="cuda")
+    w2, b2 = torch.randn(e, i, h, device="cuda").bfloat16(), torch.randn(e, h, device="cuda")
+    moe_layer(x, w_router, w1, b1, w2, b2, 4)  # compile and load first
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        logits, out = moe_layer(x, w_router, w1, b1, w2, b2, 4)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(out).all()
+    with pytest.raises(RuntimeError):  # the detector itself works
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            out.sum().item()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")

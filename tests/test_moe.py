@@ -7,7 +7,7 @@ import torch
 import ogsgen
 from ogsgen.codegen import build
 from ogsgen.runtime import loader
-from ogsgen.routing import (make_ragged_tensor_metadata, make_ragged_tensor_metadata_torch, routing,
+from ogsgen.moe import (make_ragged_tensor_metadata, make_ragged_tensor_metadata_torch, routing,
                             routing_from_topk, routing_from_topk_torch, routing_torch)
 from ogsgen.spec import BF16, FP16, FP32, Catalog, KernelVariant, default_catalog, variant_product
 from ogsgen.spec.catalog import _expand

@@ -11,7 +11,7 @@ import triton
 
 from ..codegen.render import ARG_PREFIX
 from ..errors import SpecError, UnsupportedError
-from ..routing.metadata import make_ragged_tensor_metadata
+from ..moe.metadata import make_ragged_tensor_metadata
 from ..spec.formats import plain_format_of
 from ..spec.variant import KernelVariant, split_k_plan, topk_plan
 from . import loader
@@ -114,7 +114,7 @@ def _check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) -
     if meta is not None and (meta.slice_sizes.shape != (n_expts,)
                              or meta.block_schedule_data.shape[1] < row_tiles(n_rows, 16, n_expts)):
         raise SpecError("routing_data.expt_data does not describe routing_data.expt_hist for these rows; build it "
-                        "with ogsgen.routing.make_ragged_tensor_metadata(expt_hist, n_rows)")
+                        "with ogsgen.moe.make_ragged_tensor_metadata(expt_hist, n_rows)")
     return n_rows, (n_rows // k if scatter_indx is not None else n_rows)
 
 

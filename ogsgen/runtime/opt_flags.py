@@ -13,7 +13,7 @@ from functools import lru_cache
 import triton
 
 from ..errors import InapplicableConstraint
-from ..routing.metadata import BLOCK_SIZES
+from ..moe.metadata import BLOCK_SIZES
 
 
 @dataclass(frozen=True)

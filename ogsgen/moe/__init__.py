@@ -1,8 +1,8 @@
-"""Routing: top-k expert choice, the gather/scatter permutations and the ragged metadata."""
+"""Mixture-of-experts routing: top-k expert choice, the gather/scatter permutations and the ragged metadata."""
 from .metadata import (BLOCK_SIZES, RaggedTensorMetadata, expert_histogram, make_ragged_tensor_metadata,
                        make_ragged_tensor_metadata_torch, max_n_tiles)
 from .reference import routing_from_topk_torch, routing_torch
-from .topk import routing, routing_from_topk
+from .routing import routing, routing_from_topk
 
 __all__ = ["BLOCK_SIZES", "RaggedTensorMetadata", "expert_histogram", "make_ragged_tensor_metadata",
            "make_ragged_tensor_metadata_torch", "max_n_tiles", "routing", "routing_from_topk",
