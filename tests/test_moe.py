@@ -79,8 +79,8 @@ def test_routing_from_topk_with_dropped_gates(n_tokens, n_expts, k, drop, device
     assert (result[1].src_indx[n_kept:] == -1).all() and (result[2].src_indx[ids.reshape(-1) < 0] == -1).all()
 
 
-def test_metadata_example():
-    hist = torch.tensor([15, 17, 0, 127], dtype=torch.int32)
+def test_metadata_example(device):
+    hist = torch.tensor([15, 17, 0, 127], dtype=torch.int32, device=device)
     meta = make_ragged_tensor_metadata(hist, 159)
     assert meta.slice_offs.tolist() == [0, 15, 32, 32, 159]
     assert meta.block_offs(16).tolist() == [0, 1, 3, 3, 11]

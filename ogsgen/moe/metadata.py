@@ -13,11 +13,14 @@ schedule (e0,b0) (e1,b0) (e1,b1) (e3,b0) ... (e3,b7), then -1.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+
+from ..errors import SpecError
 
 BLOCK_SIZES = (16, 32, 64, 128)
 MAX_EXPERTS = 1 << 16  # the packed entry keeps the expert in 16 bits
@@ -87,8 +90,15 @@ def _ragged_metadata(Hist, SliceOffs, BlockOffs, BlockSchedule, n_expts_tot, n_t
     tl.store(BlockSchedule + size_row * n_tiles + tiles, entry, mask=tiles < n_tiles)
 
 
+def _check_on_device(tensor: torch.Tensor, name: str) -> None:
+    if tensor.device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") != "1":
+        raise SpecError(f"{name} is on {tensor.device}; the routing kernels run on a CUDA device "
+                        f"(on the CPU only through Triton's interpreter, TRITON_INTERPRET=1)")
+
+
 def expert_histogram(expt_indx: torch.Tensor, n_expts_tot: int) -> torch.Tensor:
     """Rows per expert of a flat int32 expert-id tensor (-1 = dropped), on the device, without a sync."""
+    _check_on_device(expt_indx, "the expert ids")
     hist = torch.zeros(n_expts_tot, dtype=torch.int32, device=expt_indx.device)
     n_gates = expt_indx.numel()
     if n_gates:
@@ -99,6 +109,7 @@ def expert_histogram(expt_indx: torch.Tensor, n_expts_tot: int) -> torch.Tensor:
 
 def make_ragged_tensor_metadata(hist: torch.Tensor, n_rows: int) -> RaggedTensorMetadata:
     """Device metadata of ``hist`` (int32, (E,)) for ``n_rows`` rows at most (the host-side bound)."""
+    _check_on_device(hist, "hist")
     n_expts_tot = hist.shape[0]
     if n_expts_tot > MAX_EXPERTS:
         raise ValueError(f"at most {MAX_EXPERTS} experts fit the packed block schedule, got {n_expts_tot}")
