@@ -25,6 +25,8 @@ def moe_test_kernels(tmp_path_factory):
                          gammas=(False, True)),
         *variant_product([(FP16, FP16, FP16), (FP32, FP32, FP32)], ragged=(True,), gather=(False, True),
                          betas=(True,), bias=(True,), y_acc_in=(True,)),
+        *variant_product([(FP16, FP16, FP32)], ragged=(True,), gather=(False, True), scatter=(False, True),
+                         bias=(True,)),
     ]
     out = tmp_path_factory.mktemp("moe_kernels")
     build(Catalog("moe_tests", _expand(variants, "moe_tests")), out)
@@ -147,6 +149,28 @@ def test_fused_activation_with_split_k(split_k, device):
     variant = _variant(BF16, gather=True, bias=True, gammas=True, activation=ogsgen.swiglu)
     with ogsgen.opt_flags_constraints(block_m=16, block_k=16, block_n=32):
         run_moe_case(variant, 48, 64, 96, 4, 2, device, split_k=split_k)
+
+
+@pytest.mark.parametrize("alpha,limit", [(1.1, 1.4), (1.0, 1.2), (0.7, 1.0)])
+@pytest.mark.parametrize("gather,scatter", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_fused_activation_equals_activation_after_matmul(alpha, limit, gather, scatter, split_k, device):
+    # Upstream's test_fused_act: the fused SwiGLU against SwiGLU applied to the unfused fp32 result.
+    if scatter and split_k > 1:
+        pytest.skip("split K with a scatter is rejected")
+    rd, gi, si = routing(torch.randn(30, 4, device=device), 1 if scatter else 2)
+    n_rows = 30 if scatter else 60
+    x = torch.randn(30 if gather else n_rows, 48, device=device, dtype=torch.float16)
+    w = torch.randn(4, 48, 64, device=device, dtype=torch.float16)
+    bias = torch.randn(4, 64, device=device)
+    kwargs = dict(gather_indx=gi if gather else None, scatter_indx=si if scatter else None)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=16, split_k=split_k):
+        fused = ogsgen.matmul_ogs(x, w, bias, rd, fused_activation=ogsgen.FusedActivation(ogsgen.swiglu, (alpha, limit)),
+                                  **kwargs)
+        plain = ogsgen.matmul_ogs(x, w, bias, rd, precision_config=ogsgen.PrecisionConfig(out_dtype=torch.float32),
+                                  **kwargs)
+    from ogsgen.testing import assert_close
+    assert_close(ogsgen.swiglu_torch(plain, alpha, limit), fused.float())
 
 
 @pytest.mark.parametrize("dtype", [FP16, FP32])

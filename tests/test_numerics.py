@@ -71,7 +71,11 @@ def test_every_default_variant_was_launched():
 
 def test_custom_variants(custom_variants, device):
     for name, variant in sorted(custom_variants.items()):
-        if variant.family == "matmul":  # the reduce companions run under the split-K case
+        if variant.ragged:
+            with ogsgen.opt_flags_constraints(**SMALL_BLOCKS):
+                for k_act in (1, 2):
+                    run_moe_case(variant, 21, 32, 24, 4, k_act, device)
+        elif variant.family == "matmul":  # the reduce companions run under the split-K case
             with ogsgen.opt_flags_constraints(**SMALL_BLOCKS):
                 run_case(variant, 45, 66, 40, device)
                 with ogsgen.opt_flags_constraints(split_k=2):

@@ -40,4 +40,7 @@ VARIANTS = [
     *variant_product([(FP16, FP16, FP16), (BF16, BF16, FP32)], epilogues=(column_scale,), gammas=(False, True)),
     *variant_product([(BF16, BF16, BF16)], activations=(leaky_scaled, ogsgen.swiglu), epilogues=(column_scale,),
                      bias=(True,), betas=(True,), gammas=(True,)),
+    # Mixture of experts: the epilogue runs in the matmul, or in the top-k reduce after a scatter.
+    *variant_product([(BF16, BF16, BF16)], activations=(None, leaky_scaled), epilogues=(column_scale,),
+                     ragged=(True,), gather=(False, True), scatter=(False, True), gammas=(True,)),
 ]
