@@ -1,0 +1,7 @@
+"""Scaled numeric formats: MX (e8m0 block scales) and flexpoint (fp8 with fp32 tensor scales)."""
+from .flex import actual_scale_torch, max_finite
+from .kernels import dequantize_mx, quantize_mx
+from .mx import MX_BLOCK, dequantize_mx_torch, quantize_mx_torch
+
+__all__ = ["actual_scale_torch", "max_finite", "dequantize_mx", "quantize_mx", "MX_BLOCK", "dequantize_mx_torch",
+           "quantize_mx_torch"]

@@ -1,0 +1,101 @@
+"""MX quantization and dequantization on the device (Triton); ``ogsgen.numerics.mx`` holds the torch references."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..errors import SpecError
+from .jit import dequant_mx_k_tile, quantize_mx_rows
+from .mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK, _check
+
+_TL_FP8 = {"e4m3": tl.float8e4nv, "e5m2": tl.float8e5}
+
+
+@triton.jit
+def _quantize_rows(X, Values, Scales, n_rows, size, stride_x, stride_v, stride_s,
+                   ELEMENT: tl.constexpr, EMAX: tl.constexpr, MAX_MANTISSA: tl.constexpr, MAX_VALUE: tl.constexpr,
+                   ROUND_UP: tl.constexpr, OUT_DTYPE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
+    mask_r = rows < n_rows
+    tile = tl.load(X + rows.to(tl.int64)[:, None] * stride_x + cols[None, :],
+                   mask=mask_r[:, None] & (cols[None, :] < size), other=0.0).to(tl.float32)
+    values, scales = quantize_mx_rows(tile, ELEMENT, EMAX, MAX_MANTISSA, MAX_VALUE, ROUND_UP)
+    scale_cols = tl.program_id(1) * (BLOCK_S // 32) + tl.arange(0, BLOCK_S // 32)
+    tl.store(Scales + rows[:, None] * stride_s + scale_cols[None, :], scales,
+             mask=mask_r[:, None] & (scale_cols[None, :] < tl.cdiv(size, 32)))
+    if ELEMENT == "e2m1":
+        byte_cols = tl.program_id(1) * (BLOCK_S // 2) + tl.arange(0, BLOCK_S // 2)
+        tl.store(Values + rows.to(tl.int64)[:, None] * stride_v + byte_cols[None, :], values,
+                 mask=mask_r[:, None] & (byte_cols[None, :] < size // 2))
+    else:
+        tl.store(Values + rows.to(tl.int64)[:, None] * stride_v + cols[None, :], values.to(OUT_DTYPE),
+                 mask=mask_r[:, None] & (cols[None, :] < size))
+
+
+@triton.jit
+def _dequantize_rows(Values, Scales, Out, n_rows, size, stride_v, stride_s, stride_o,
+                     ELEMENT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr):
+    # Uses the matmul's dequantization helper on the transposed tile (it dequantizes along tile rows).
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    mask_r = rows < n_rows
+    if ELEMENT == "e2m1":
+        byte_cols = tl.program_id(1) * (BLOCK_S // 2) + tl.arange(0, BLOCK_S // 2)
+        values = tl.load(Values + byte_cols[:, None] + rows.to(tl.int64)[None, :] * stride_v,
+                         mask=(byte_cols[:, None] < size // 2) & mask_r[None, :], other=0)
+    else:
+        value_cols = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
+        values = tl.load(Values + value_cols[:, None] + rows.to(tl.int64)[None, :] * stride_v,
+                         mask=(value_cols[:, None] < size) & mask_r[None, :], other=0.0)
+    scale_cols = tl.program_id(1) * (BLOCK_S // 32) + tl.arange(0, BLOCK_S // 32)
+    scales = tl.load(Scales + scale_cols[:, None] + rows[None, :] * stride_s,
+                     mask=(scale_cols[:, None] < tl.cdiv(size, 32)) & mask_r[None, :], other=0)
+    out = dequant_mx_k_tile(values, scales, ELEMENT, BLOCK_S)
+    cols = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
+    tl.store(Out + cols[:, None] + rows.to(tl.int64)[None, :] * stride_o, out.to(Out.dtype.element_ty),
+             mask=(cols[:, None] < size) & mask_r[None, :])
+
+
+_BLOCK_R, _BLOCK_S = 16, 128
+
+
+def quantize_mx(x: torch.Tensor, element: str, axis: int = -1, rounding: str = "up"):
+    """Quantize ``x`` along ``axis`` to MX on its device: (values, scales), as ``quantize_mx_torch``."""
+    _check(element, rounding)
+    axis = axis % x.ndim
+    size = x.shape[axis]
+    if element == "e2m1" and size % 2:
+        raise SpecError(f"e2m1 packs two values per byte along axis {axis}: its size must be even, got {size}")
+    rows = x.movedim(axis, -1).reshape(-1, size).contiguous()
+    n_rows = rows.shape[0]
+    values = torch.empty((n_rows, size // 2 if element == "e2m1" else size), device=x.device,
+                         dtype=torch.uint8 if element == "e2m1" else FP8_DTYPES[element])
+    scales = torch.empty((n_rows, -(-size // MX_BLOCK)), device=x.device, dtype=torch.uint8)
+    largest, emax, max_mantissa = ELEMENT_MAX[element]
+    if n_rows and size:
+        grid = (triton.cdiv(n_rows, _BLOCK_R), triton.cdiv(size, _BLOCK_S))
+        _quantize_rows[grid](rows, values, scales, n_rows, size, rows.stride(0), values.stride(0), scales.stride(0),
+                             ELEMENT=element, EMAX=emax, MAX_MANTISSA=max_mantissa, MAX_VALUE=largest,
+                             ROUND_UP=rounding == "up", OUT_DTYPE=_TL_FP8.get(element, tl.uint8),
+                             BLOCK_R=_BLOCK_R, BLOCK_S=_BLOCK_S)
+    lead = x.movedim(axis, -1).shape[:-1]
+    return (values.reshape(*lead, values.shape[-1]).movedim(-1, axis),
+            scales.reshape(*lead, scales.shape[-1]).movedim(-1, axis))
+
+
+def dequantize_mx(values: torch.Tensor, scales: torch.Tensor, element: str, axis: int = -1,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Inverse of :func:`quantize_mx` on the device, as ``dequantize_mx_torch``."""
+    _check(element)
+    axis = axis % values.ndim
+    packed = values.movedim(axis, -1)
+    size = packed.shape[-1] * (2 if element == "e2m1" else 1)
+    rows = packed.reshape(-1, packed.shape[-1]).contiguous()
+    row_scales = scales.movedim(axis, -1).reshape(rows.shape[0], -1).contiguous()
+    out = torch.empty((rows.shape[0], size), device=values.device, dtype=dtype)
+    if rows.shape[0] and size:
+        grid = (triton.cdiv(rows.shape[0], _BLOCK_R), triton.cdiv(size, _BLOCK_S))
+        _dequantize_rows[grid](rows, row_scales, out, rows.shape[0], size, rows.stride(0), row_scales.stride(0),
+                               out.stride(0), ELEMENT=element, BLOCK_R=_BLOCK_R, BLOCK_S=_BLOCK_S)
+    return out.reshape(*packed.shape[:-1], size).movedim(-1, axis)

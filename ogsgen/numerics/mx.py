@@ -1,0 +1,106 @@
+"""Microscaling (MX) formats: blocks of 32 values along one axis share a power-of-two e8m0 scale.
+
+Elements: ``e2m1`` (fp4, packed two per byte along the quantized axis, the even index in the low
+nibble), ``e4m3`` and ``e5m2`` (fp8). A scale byte ``s`` means ``2**(s - 127)``.
+
+Scale choice (``rounding``):
+
+* ``"up"`` (default): the smallest power of two for which no value of the block exceeds the
+  element's largest finite value, so nothing saturates;
+* ``"down"``: the OCP MX rule, ``floor(log2(absmax)) - emax``; the largest values may saturate.
+
+Values round to nearest, ties to even. The scale is computed from the bits of the block's absmax
+with integer operations only, so this torch version and the Triton one (``ogsgen.numerics.jit``,
+``ogsgen.numerics.quantize_mx``) agree bit for bit.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import SpecError
+
+MX_BLOCK = 32
+ELEMENTS = ("e2m1", "e4m3", "e5m2")
+# element -> (largest finite value, its binary exponent, its mantissa bits as an fp32 mantissa field)
+ELEMENT_MAX = {"e2m1": (6.0, 2, 0x400000), "e4m3": (448.0, 8, 0x600000), "e5m2": (57344.0, 15, 0x600000)}
+FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+ROUNDINGS = ("up", "down")
+
+
+def _check(element: str, rounding: str = "up"):
+    if element not in ELEMENTS:
+        raise SpecError(f"element must be one of {ELEMENTS}, got {element!r}")
+    if rounding not in ROUNDINGS:
+        raise SpecError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+
+
+def scale_codes(absmax: torch.Tensor, element: str, rounding: str = "up") -> torch.Tensor:
+    """e8m0 scale bytes for blocks with the given float32 absmax."""
+    _, emax, max_mantissa = ELEMENT_MAX[element]
+    bits = absmax.float().contiguous().view(torch.int32)
+    exponent = ((bits >> 23) & 0xFF) - 127
+    code = exponent - emax + 127
+    if rounding == "up":
+        code = code + ((bits & 0x7FFFFF) > max_mantissa).int()
+    return torch.where(absmax > 0, code.clamp(0, 254), 0).to(torch.uint8)
+
+
+def _pow2(codes: torch.Tensor) -> torch.Tensor:
+    """2**(code - 127) as float32, built from its bits (exact)."""
+    return (codes.int().clamp(1, 254) << 23).view(torch.float32) * torch.where(codes == 0, 0.5, 1.0)
+
+
+def encode_e2m1(values: torch.Tensor) -> torch.Tensor:
+    """float32 -> 4-bit e2m1 codes (sign in bit 3), nearest value, ties to even; saturates at 6."""
+    a = values.abs()
+    magnitude = ((a > 0.25).int() + (a >= 0.75).int() + (a > 1.25).int() + (a >= 1.75).int()
+                 + (a > 2.5).int() + (a >= 3.5).int() + (a > 5.0).int())
+    return (magnitude | (torch.signbit(values).int() << 3)).to(torch.uint8)
+
+
+def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    table = torch.tensor(E2M1_VALUES, device=codes.device)
+    magnitude = table[(codes & 7).long()]
+    return torch.where((codes & 8) != 0, -magnitude, magnitude)
+
+
+def quantize_mx_torch(x: torch.Tensor, element: str, axis: int = -1, rounding: str = "up"):
+    """Quantize ``x`` along ``axis`` to MX: returns (values, scales).
+
+    values: uint8 codes packed two per byte along ``axis`` for e2m1 (that axis must be even), float8
+    for e4m3/e5m2; scales: uint8 with ``cdiv(size, 32)`` entries along ``axis``.
+    """
+    _check(element, rounding)
+    axis = axis % x.ndim
+    size = x.shape[axis]
+    if element == "e2m1" and size % 2:
+        raise SpecError(f"e2m1 packs two values per byte along axis {axis}: its size must be even, got {size}")
+    moved = x.float().movedim(axis, -1)
+    padded_size = -(-size // MX_BLOCK) * MX_BLOCK
+    blocks = torch.nn.functional.pad(moved, (0, padded_size - size)).unflatten(-1, (-1, MX_BLOCK))
+    codes = scale_codes(blocks.abs().amax(-1), element, rounding)
+    largest = ELEMENT_MAX[element][0]
+    scaled = (blocks / _pow2(codes)[..., None]).clamp(-largest, largest).flatten(-2)[..., :size]
+    if element == "e2m1":
+        nibbles = encode_e2m1(scaled)
+        values = nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)
+    else:
+        values = scaled.to(FP8_DTYPES[element])
+    return values.movedim(-1, axis), codes.movedim(-1, axis)
+
+
+def dequantize_mx_torch(values: torch.Tensor, scales: torch.Tensor, element: str, axis: int = -1,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Inverse of :func:`quantize_mx_torch` (exact: every MX value is representable in float32)."""
+    _check(element)
+    axis = axis % values.ndim
+    moved = values.movedim(axis, -1)
+    if element == "e2m1":
+        codes = torch.stack([moved & 0xF, moved >> 4], dim=-1).flatten(-2)
+        decoded = decode_e2m1(codes)
+    else:
+        decoded = moved.view(FP8_DTYPES[element]).float()
+    size = decoded.shape[-1]
+    factors = _pow2(scales.movedim(axis, -1)).repeat_interleave(MX_BLOCK, dim=-1)[..., :size]
+    return (decoded * factors).movedim(-1, axis).to(dtype)
