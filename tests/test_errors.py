@@ -39,8 +39,10 @@ def _xw(device, m=8, k=16, n=32, dtype=torch.float16):
      SpecError, "gather_indx and scatter_indx index expert-sorted rows: pass routing_data"),
     (lambda x, w: (x, w, {"inner_routing_data": object()}), UnsupportedError, "inner_routing_data is not supported"),
     (lambda x, w: (x, w, {"fused_comm": object()}), UnsupportedError, "fused_comm is not supported"),
-    (lambda x, w: (x, w, {"precision_config": PrecisionConfig(weight_scale=torch.zeros(1))}), UnsupportedError,
-     "precision_config.weight_scale is not supported"),
+    (lambda x, w: (x, w, {"precision_config": PrecisionConfig(weight_scale=torch.zeros(1))}), SpecError,
+     "precision_config.weight_scale makes w an mx tensor: w must be uint8"),
+    (lambda x, w: (x, w, {"precision_config": PrecisionConfig(act_scale=torch.zeros(1))}), SpecError,
+     "act_scale makes x mxfp8, which needs mx weights"),
     (lambda x, w: (x, w, {"bias": torch.randn(32, device="meta")}), SpecError, "bias is on meta but x is on"),
 ])
 def test_bad_call(mutate, exc, message, device):

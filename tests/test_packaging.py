@@ -1,5 +1,7 @@
 """A non-editable install ships templates/ and generated/ inside the package, and the runtime finds them."""
 import os
+
+import pytest
 import site
 import subprocess
 import sys
@@ -49,3 +51,10 @@ def test_wheel_install_in_fresh_venv(tmp_path):
     result = subprocess.run([python, "-c", CHECK, str(env_dir)], cwd=tmp_path, env=clean_env, capture_output=True,
                             text=True)
     assert result.returncode == 0 and "ok" in result.stdout, result.stdout + result.stderr
+
+
+def test_every_subpackage_is_listed_in_pyproject():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "ogsgen").rglob("__init__.py")}
+    assert on_disk <= listed, f"add {sorted(on_disk - listed)} to [tool.setuptools] packages in pyproject.toml"

@@ -11,9 +11,12 @@ import jinja2.meta
 
 from .._resources import data_dir
 from .._version import __version__
+from ..spec.functions import function_source_hash
 from ..spec.variant import KernelVariant, canonical_name
 
-_TL_DTYPE = {"bf16": "tl.bfloat16", "fp16": "tl.float16", "fp32": "tl.float32"}
+_TL_DTYPE = {"bf16": "tl.bfloat16", "fp16": "tl.float16", "fp32": "tl.float32", "e4m3": "tl.float8e4nv",
+             "e5m2": "tl.float8e5"}
+_MAX_FINITE = {"e4m3": "448.0", "e5m2": "57344.0"}
 
 # Kernel parameter prefixes of closure-function arguments: they keep user argument names from
 # colliding with the kernel's own parameters (N, K, ...).
@@ -66,12 +69,20 @@ def template_sha256(name: str) -> str:
     return digest.hexdigest()
 
 
+def helpers_used(variant: KernelVariant) -> dict:
+    """The ``ogsgen.numerics.jit`` functions a variant's kernel imports, by name."""
+    from ..numerics import jit
+
+    return {"dequant_mx_k_tile": jit.dequant_mx_k_tile} if variant.w.scaling == "block_e8m0" else {}
+
+
 def expected_provenance(variant: KernelVariant) -> dict:
     """What a current build of ``variant`` records about its inputs (checked by the loader)."""
     return {
         "template": variant.template,
         "template_sha256": template_sha256(variant.template),
         "functions": {kind: spec.source_hash for kind, spec in variant.functions().items()},
+        "helpers": {name: function_source_hash(fn) for name, fn in helpers_used(variant).items()},
     }
 
 
@@ -109,7 +120,10 @@ def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
         act_args=fn_args.get("activation", []),
         epi_args=fn_args.get("epilogue", []),
         do_not_specialize=do_not_specialize,
+        x_tl_dtype=_TL_DTYPE[variant.x.element],
         y_tl_dtype=_TL_DTYPE[variant.y.element],
+        y_max_finite=_MAX_FINITE.get(variant.y.element, ""),
+        fp8_dot=variant.x.bits == 8 and variant.w.bits == 8 and variant.w.scaling == "flexpoint",
     )
     ast.parse(source, filename=f"{name}.py")  # a template bug must fail here, not at import time
     return RenderedKernel(name, variant, source, provenance)

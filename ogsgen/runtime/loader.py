@@ -93,6 +93,9 @@ def _staleness(module, variant: KernelVariant) -> list[str]:
     for kind, sha in expected["functions"].items():
         if recorded.get("functions", {}).get(kind) != sha:
             problems.append(f"{kind} {getattr(variant, kind).name!r} has a different source")
+    for name, sha in expected["helpers"].items():
+        if recorded.get("helpers", {}).get(name) != sha:
+            problems.append(f"helper {name} changed")
     return problems
 
 

@@ -12,13 +12,16 @@ import triton
 from ..codegen.render import ARG_PREFIX
 from ..errors import SpecError, UnsupportedError
 from ..moe.metadata import make_ragged_tensor_metadata
-from ..spec.formats import plain_format_of
+from ..numerics.mx import MX_BLOCK
+from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, split_k_plan, topk_plan
 from . import loader
 from .opt_flags import current_constraints, make_opt_flags, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 
 _MAX_GRID_Y = 65535
+FP8_DTYPES = {torch.float8_e4m3fn: FP8_E4M3, torch.float8_e5m2: FP8_E5M2}
+MX_FP8_DTYPES = {torch.float8_e4m3fn: MXFP8_E4M3, torch.float8_e5m2: MXFP8_E5M2}
 
 
 def _interpreting() -> bool:
@@ -67,21 +70,96 @@ def _check_devices(**tensors):
 
 
 def _reject_unsupported(fused_comm, inner_routing_data, pc: PrecisionConfig):
-    flex = pc.flex_ctx
     unsupported = {
         "fused_comm": fused_comm is not None,
         "inner_routing_data": inner_routing_data is not None,
-        "precision_config.act_scale": pc.act_scale is not None,
-        "precision_config.weight_scale": pc.weight_scale is not None,
-        "precision_config.out_scale": pc.out_scale is not None,
-        "precision_config.flex_ctx": any(d.scale is not None for d in (flex.lhs_data, flex.rhs_data, flex.acc_data))
-        or flex.out_data.expected_scale is not None or flex.out_data.actual_scale is not None,
-        "precision_config.max_num_imprecise_acc": pc.max_num_imprecise_acc is not None,
-        "precision_config.enforce_bitwise_invariance": pc.enforce_bitwise_invariance,
+        "precision_config.out_scale (mxfp8 output)": pc.out_scale is not None,
+        "precision_config.flex_ctx.acc_data (a y_acc_in scale)": pc.flex_ctx.acc_data.scale is not None,
     }
     for name, used in unsupported.items():
         if used:
-            raise UnsupportedError(f"{name} is not supported by this ogsgen build yet; leave it None/False")
+            raise UnsupportedError(f"{name} is not supported by this ogsgen build yet; leave it None")
+    if pc.act_scale is not None:
+        if pc.weight_scale is None:
+            raise SpecError("precision_config.act_scale makes x mxfp8, which needs mx weights "
+                            "(precision_config.weight_scale) as well")
+        raise UnsupportedError("precision_config.act_scale: mxfp8 activations need native MX matmul hardware "
+                               "(Blackwell); on Hopper pass bf16 x with mx weights")
+
+
+def _reinterpret(tensor, flex_dtype, name):
+    """Flexpoint data may arrive as raw bytes with its fp8 dtype in the InFlexData."""
+    if flex_dtype is not None and tensor.dtype == torch.uint8 and flex_dtype in FP8_DTYPES:
+        return tensor.view(flex_dtype)
+    if flex_dtype is not None and tensor.dtype != flex_dtype:
+        raise SpecError(f"{name} has dtype {tensor.dtype} but its InFlexData says {flex_dtype}")
+    return tensor
+
+
+def _operand_formats(x, w, pc: PrecisionConfig):
+    """(x format, w format, y format, logical K) of a call, from dtypes and the precision config."""
+    if x.dtype in FP8_DTYPES:
+        x_fmt = FP8_DTYPES[x.dtype]
+    else:
+        x_fmt = plain_format_of(x.dtype, "x")
+    k = w.shape[-2]
+    if pc.weight_scale is not None:
+        if w.dtype == torch.uint8:
+            w_fmt, k = MXFP4, 2 * w.shape[-2]  # two e2m1 values per byte along K
+        elif w.dtype in MX_FP8_DTYPES:
+            w_fmt = MX_FP8_DTYPES[w.dtype]
+        else:
+            raise SpecError(f"precision_config.weight_scale makes w an mx tensor: w must be uint8 (packed mxfp4, "
+                            f"two values per byte along K) or float8, got {w.dtype}")
+    elif w.dtype in FP8_DTYPES:
+        w_fmt = FP8_DTYPES[w.dtype]
+    elif w.dtype == torch.uint8:
+        raise SpecError("w is uint8 (packed mxfp4) but precision_config.weight_scale is None; pass its e8m0 scales")
+    else:
+        w_fmt = plain_format_of(w.dtype, "w")
+        if w_fmt != x_fmt:
+            raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
+    out_dtype = pc.out_dtype or (x.dtype if x_fmt.scaling == "none" else torch.bfloat16)
+    y_fmt = FP8_DTYPES[out_dtype] if out_dtype in FP8_DTYPES else plain_format_of(out_dtype,
+                                                                                     "precision_config.out_dtype")
+    try:
+        KernelVariant(x_fmt, w_fmt, y_fmt).check_supported()
+    except UnsupportedError as exc:
+        raise SpecError(f"x {x.dtype} with w {w.dtype} ({w_fmt.name}) and output {out_dtype}: {exc}") from None
+    return x_fmt, w_fmt, y_fmt, k
+
+
+def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n):
+    flex = pc.flex_ctx
+    w_batch = w.shape[0] if w.ndim == 3 else 1
+    for name, scale, fmt, lengths in (("precision_config.flex_ctx.lhs_data.scale", flex.lhs_data.scale, x_fmt, (1,)),
+                                      ("precision_config.flex_ctx.rhs_data.scale", flex.rhs_data.scale, w_fmt,
+                                       (1, w_batch))):
+        if scale is None:
+            continue
+        if fmt.scaling != "flexpoint":
+            raise SpecError(f"{name} is set but the operand is {fmt.name}, not fp8 flexpoint; drop the scale")
+        _check_tensor(scale, name, dtype=torch.float32)
+        if scale.numel() not in lengths or not scale.is_contiguous():
+            raise SpecError(f"{name} must be a contiguous float32 tensor of {' or '.join(map(str, lengths))} "
+                            f"element(s), got shape {tuple(scale.shape)}")
+    out = flex.out_data
+    for name, scale in (("expected_scale", out.expected_scale), ("actual_scale", out.actual_scale)):
+        if scale is None:
+            continue
+        if y_fmt.scaling != "flexpoint":
+            raise SpecError(f"precision_config.flex_ctx.out_data.{name} is set but the output is {y_fmt.name}; "
+                            f"set precision_config.out_dtype to an fp8 dtype or drop the scale")
+        _check_tensor(scale, f"precision_config.flex_ctx.out_data.{name}", dtype=torch.float32)
+    if w_fmt.scaling == "block_e8m0":
+        scale = pc.weight_scale
+        expected = (w_batch, triton.cdiv(k, MX_BLOCK), n) if w.ndim == 3 else (triton.cdiv(k, MX_BLOCK), n)
+        _check_tensor(scale, "precision_config.weight_scale", dtype=torch.uint8)
+        if tuple(scale.shape) != expected:
+            raise SpecError(f"precision_config.weight_scale must hold one e8m0 byte per {MX_BLOCK} values of K: "
+                            f"shape {expected} for w of logical shape (..., K={k}, N={n}), got {tuple(scale.shape)}")
+    if pc.max_num_imprecise_acc is not None and not (x_fmt.bits == 8 and w_fmt.scaling == "flexpoint"):
+        raise SpecError("precision_config.max_num_imprecise_acc applies to fp8 x fp8 matmuls only; leave it None")
 
 
 def _check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) -> tuple[int, int]:
@@ -164,12 +242,10 @@ class _Launch:
 
 
 @lru_cache(maxsize=1024)
-def _variant(x_dtype, y_dtype, ragged, gather, scatter, bias, betas, gammas, y_acc_in, activation,
+def _variant(x_fmt, w_fmt, y_fmt, ragged, gather, scatter, bias, betas, gammas, y_acc_in, activation,
              epilogue) -> KernelVariant:
-    fmt = plain_format_of(x_dtype, "x")
-    return KernelVariant(fmt, fmt, plain_format_of(y_dtype, "precision_config.out_dtype"), ragged=ragged,
-                         gather=gather, scatter=scatter, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in,
-                         activation=activation, epilogue=epilogue)
+    return KernelVariant(x_fmt, w_fmt, y_fmt, ragged=ragged, gather=gather, scatter=scatter, bias=bias, betas=betas,
+                         gammas=gammas, y_acc_in=y_acc_in, activation=activation, epilogue=epilogue)
 
 
 def _fn_args(kind: str, specs, values) -> dict:
@@ -189,6 +265,20 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
                 EVEN_K=call.k % flags.block_k == 0, num_warps=flags.num_warps, num_stages=flags.num_stages)
     if variant.can_split_k:
         args.update(SPLIT_K=split_k, stride_y_s=out.stride(0) if split_k > 1 else 0)
+    flex = call.pc.flex_ctx
+    if variant.w.scaling == "block_e8m0":
+        scale = call.pc.weight_scale
+        args.update(WMxScale=scale, stride_wmx_b=scale.stride(0) if scale.ndim == 3 else 0,
+                    stride_wmx_k=scale.stride(-2), stride_wmx_n=scale.stride(-1))
+    if variant.x.scaling == "flexpoint":
+        args["XScale"] = flex.lhs_data.scale
+    if variant.w.scaling == "flexpoint":
+        scale = flex.rhs_data.scale
+        args.update(WScale=scale, stride_wscale_b=1 if scale is not None and scale.numel() > 1 else 0)
+    if variant.x.bits == 8 and variant.w.scaling == "flexpoint":
+        args["MAX_NUM_IMPRECISE_ACC"] = call.pc.max_num_imprecise_acc
+    if variant.y.scaling == "flexpoint":
+        args.update(_flex_output_args(call.pc, ragged))
     if ragged:
         meta = call.routing.expt_data
         n_tiles = row_tiles(call.m, flags.block_m, call.routing.n_expts_tot)
@@ -224,6 +314,16 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
     loader.kernel_for(variant)[grid](**args)
 
 
+def _flex_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
+    out = pc.flex_ctx.out_data
+    args = dict(YExpectedScale=out.expected_scale, YActualScale=out.actual_scale,
+                SATURATE_INF=pc.flexpoint_saturate_inf)
+    if not ragged:  # one scale per batch entry when there are several, else one for the tensor
+        per_batch = any(s is not None and s.numel() > 1 for s in (out.expected_scale, out.actual_scale))
+        args["stride_out_scale_b"] = 1 if per_batch else 0
+    return args
+
+
 def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, out: torch.Tensor, *, gammas,
                    epilogue_values, scatter_src=None):
     """Sum ``parts`` (S, B, M, N) over S into ``out`` (B, M, N // reduction_n), applying what is left."""
@@ -237,6 +337,8 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
         args["ScatterSrcIndx"] = scatter_src
     if variant.gammas:
         args["Gammas"] = gammas
+    if variant.y.scaling == "flexpoint":
+        args.update(_flex_output_args(call.pc, False))
     if variant.activation:
         args.update(ACTIVATION_FN=call.act.specs.fn, **_fn_args("activation", call.act.specs, call.act.fn_args))
     if variant.epilogue:
@@ -263,9 +365,9 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     _reject_unsupported(fused_comm, inner_routing_data, pc)
     _check_tensor(x, "x", ndims=(2, 3))
     _check_tensor(w, "w", ndims=(2, 3))
-    plain_format_of(x.dtype, "x")
-    if w.dtype != x.dtype:
-        raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
+    x = _reinterpret(x, pc.flex_ctx.lhs_data.dtype, "x")
+    w = _reinterpret(w, pc.flex_ctx.rhs_data.dtype, "w")
+    x_fmt, w_fmt, y_fmt, k = _operand_formats(x, w, pc)
     batched = x.ndim == 3
     ragged = routing_data is not None and routing_data.expt_hist is not None
     if batched:
@@ -288,10 +390,13 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         m, out_rows = _check_routing(x, w, routing_data, gather_indx, scatter_indx)
     else:
         m = out_rows = x.shape[-2]
-    out_dtype = pc.out_dtype or x.dtype
-    batch, k, n = (x.shape[0] if batched else 1), x.shape[-1], w.shape[-1]
-    if w.shape[-2] != k:
-        raise SpecError(f"x has K={k} columns but w has {w.shape[-2]} rows (w is (..., K, N) = {tuple(w.shape)})")
+    out_dtype = y_fmt.torch_dtype
+    batch, n = (x.shape[0] if batched else 1), w.shape[-1]
+    if x.shape[-1] != k:
+        packed = " (packed mxfp4: 2 values per byte)" if w_fmt.element == "e2m1" else ""
+        raise SpecError(f"x has K={x.shape[-1]} columns but w has {k} rows{packed} "
+                        f"(w is (..., K, N) = {tuple(w.shape)})")
+    _check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n)
     reduction_n = act.specs.reduction_n
     if n % reduction_n:
         raise SpecError(f"w has N={n} columns, which the activation {act.specs.name} cannot fold by "
@@ -340,7 +445,9 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
                                    routing_data.n_expts_act, make_ragged_tensor_metadata(routing_data.expt_hist, m),
                                    routing_data.expected_tokens_per_expt)
 
-    variant = _variant(x.dtype, out_dtype, ragged, gather_indx is not None, scatter_indx is not None,
+    if y_fmt.scaling == "flexpoint" and pc.flex_ctx.out_data.actual_scale is not None:
+        pc.flex_ctx.out_data.actual_scale.zero_()  # atomics take the max of this call's tiles
+    variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs)
     call = _Launch(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc)
@@ -351,11 +458,12 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     n_sms = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) \
         if x.is_cuda else None
     flags = make_opt_flags(x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt,
-                           scatter_indx is None and y_acc_in is None, n_sms, current_constraints())
+                           scatter_indx is None and y_acc_in is None, n_sms, w_fmt.scaling == "block_e8m0",
+                           pc.enforce_bitwise_invariance, current_constraints())
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         if scatter_indx is not None and routing_data.n_expts_act > 1:
             matmul_variant, reduce_variant = topk_plan(variant)
-            scratch = torch.empty((m, n_out), dtype=out_dtype, device=x.device)
+            scratch = torch.empty((m, n_out), dtype=matmul_variant.y.torch_dtype, device=x.device)
             _launch_matmul(matmul_variant, call, flags, scratch, bias=bias, betas=betas, gammas=gammas,
                            y_acc_in=None, out_alpha=out_alpha)
             k_act = routing_data.n_expts_act

@@ -90,13 +90,25 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
 
 @lru_cache(maxsize=4096)
 def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_n: int, n_expts: int | None,
-                   tokens_per_expt: int, can_split: bool, n_sms: int | None, constraints: tuple = ()) -> OptFlags:
+                   tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx: bool = False,
+                   bitwise_invariant: bool = False, constraints: tuple = ()) -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
+    ``bitwise_invariant``: fixed row blocks and no split K, so that a row's result does not depend
+    on the rows around it.
     """
-    flags = replace(_heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms),
-                    **dict(constraints))
+    flags = _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
+                       n_sms)
+    if bitwise_invariant:
+        flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4)
+    flags = replace(flags, **dict(constraints))
+    if bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1):
+        raise InapplicableConstraint("precision_config.enforce_bitwise_invariance fixes block_m=128 and split_k=1; "
+                                     "drop the conflicting opt_flags_constraints")
+    if w_mx and flags.block_k % 32:
+        raise InapplicableConstraint(f"block_k={flags.block_k}: mx weights carry one scale per 32 rows of K, so "
+                                     f"block_k must be a multiple of 32")
     if flags.split_k > 1 and not can_split:
         raise InapplicableConstraint(f"split_k={flags.split_k} cannot be combined with scatter_indx or y_acc_in; "
                                      f"use split_k=1")

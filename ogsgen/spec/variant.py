@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import SpecError, UnsupportedError
-from .formats import FP32, NumericFormat
+from .formats import BF16, FP32, NumericFormat
 from .functions import FnSpecs
 
 FAMILIES = {
@@ -100,15 +100,34 @@ class KernelVariant:
         return {kind: spec for kind in ("activation", "epilogue") if (spec := getattr(self, kind)) is not None}
 
     def check_supported(self) -> None:
-        """Raise UnsupportedError when the spec is valid but no template path renders it yet."""
+        """Raise UnsupportedError when the spec is valid but no template path renders it yet.
+
+        Paths: x, w and y plain (bf16, fp16, fp32) with x == w; fp8 flexpoint w with fp8 x (an fp8
+        dot) or with bf16/fp16 x (w upcast in the kernel); MX weights (mxfp4, mxfp8) with bf16/fp16
+        x, dequantized in the kernel; fp8 flexpoint x with fp8 w; fp8 flexpoint y.
+        """
+        name = canonical_name(self)
         for fmt_name in ("x", "w", "y"):
             fmt = getattr(self, fmt_name)
-            if fmt.scaling != "none":
-                raise UnsupportedError(f"{canonical_name(self)}: {fmt_name} format {fmt.name} has no code path yet; "
-                                       f"supported now: bf16, fp16, fp32")
-        if self.x != self.w:
-            raise UnsupportedError(f"{canonical_name(self)}: x ({self.x.name}) and w ({self.w.name}) must share a "
-                                   f"format; cast one operand to the other's dtype")
+            if fmt.layout != "strided":
+                raise UnsupportedError(f"{name}: {fmt_name} layout {fmt.layout} has no code path yet; use 'strided'")
+        if self.x.scaling == "block_e8m0" or self.y.scaling == "block_e8m0":
+            raise UnsupportedError(f"{name}: mx activations and mx outputs have no code path on this hardware "
+                                   f"generation; use bf16/fp16/fp8 x and y")
+        if self.family == "reduce":
+            if self.x.scaling != "none":
+                raise UnsupportedError(f"{name}: a reduce kernel reads plain partials")
+            return
+        x_plain = self.x.scaling == "none"
+        if self.w.scaling == "block_e8m0" and not (x_plain and self.x.bits == 16):
+            raise UnsupportedError(f"{name}: MX weights need bf16 or fp16 x (dequantized in the kernel)")
+        if self.w.scaling == "flexpoint" and not (self.x.bits == 8 or (x_plain and self.x.bits == 16)):
+            raise UnsupportedError(f"{name}: fp8 weights need fp8, bf16 or fp16 x")
+        if self.x.scaling == "flexpoint" and self.w.scaling != "flexpoint":
+            raise UnsupportedError(f"{name}: fp8 x needs fp8 weights")
+        if x_plain and self.w.scaling == "none" and self.x != self.w:
+            raise UnsupportedError(f"{name}: x ({self.x.name}) and w ({self.w.name}) must share a format; cast one "
+                                   f"operand to the other's dtype")
 
     def describe(self) -> dict:
         """Normalized, JSON-ready spec (manifest entry)."""
@@ -144,11 +163,11 @@ def split_k_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
 
 def topk_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
     """(matmul, reduce) computing a scatter with k > 1 experts per token: the matmul writes each gate's
-    row to a scratch buffer in the output dtype, the reduce sums each token's k rows and applies the
-    epilogue once."""
-    matmul = replace(variant, epilogue=None)
-    reduce = KernelVariant(variant.y, variant.y, variant.y, family="reduce", scatter=True,
-                           epilogue=variant.epilogue)
+    row to a scratch buffer in the output dtype (bf16 for an fp8 output), the reduce sums each
+    token's k rows and applies the epilogue and the output's scaling once."""
+    scratch = variant.y if variant.y.scaling == "none" else BF16
+    matmul = replace(variant, y=scratch, epilogue=None)
+    reduce = KernelVariant(scratch, scratch, variant.y, family="reduce", scatter=True, epilogue=variant.epilogue)
     return matmul, reduce
 
 
