@@ -45,7 +45,10 @@ def _cmd_build(args) -> int:
     verb = "would write" if args.dry_run else "wrote"
     for name in report.written:
         print(f"{verb} {out / name}")
-    print(f"{catalog.name}: {verb} {len(report.written)} file(s), {len(report.unchanged)} unchanged, in {out}")
+    for name in report.removed:
+        print(f"{'would remove' if args.dry_run else 'removed'} {out / name}")
+    print(f"{catalog.name}: {verb} {len(report.written)} file(s), {len(report.unchanged)} unchanged, "
+          f"{len(report.removed)} removed, in {out}")
     return 0
 
 

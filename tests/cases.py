@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from ogsgen import Epilogue, FusedActivation, PrecisionConfig, matmul_ogs, matmul_ogs_torch
+from ogsgen import (Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig, matmul_ogs,
+                    matmul_ogs_torch)
+from ogsgen.numerics import actual_scale_torch, dequantize_mx_torch, quantize_mx
 from ogsgen.spec import KernelVariant
 from ogsgen.testing import assert_close
 
@@ -27,14 +29,72 @@ def _operand(shape, dtype, device, transposed):
     return (t.mT if transposed else t).to(dtype)
 
 
+def exact_fp8(shape, dtype, device):
+    """Powers of two 2**-4 .. 2**-7 with random signs: exact in fp8, and so are their fp32 dot products."""
+    values = 2.0 ** -torch.randint(4, 8, shape, device=device).float()
+    return (values * torch.where(torch.rand(shape, device=device) < 0.5, -1.0, 1.0)).to(dtype)
+
+
+class Operands:
+    """x and w for a variant's formats, their float32 reference values and the precision config."""
+
+    def __init__(self, variant: KernelVariant, x_shape, w_shape, device, x_transposed=False, w_transposed=False):
+        self.variant, self.pc_fields = variant, {}
+        flex = {}
+        if variant.x.scaling == "flexpoint":
+            self.x = exact_fp8(x_shape, variant.x.torch_dtype, device)
+            x_scale = torch.tensor([1.25], device=device)
+            flex["lhs_data"] = InFlexData(scale=x_scale)
+            self.x_ref = self.x.float() * x_scale
+        else:
+            self.x = _operand(x_shape, variant.x.torch_dtype, device, x_transposed)
+            self.x_ref = self.x.float()
+        if variant.w.scaling == "flexpoint":
+            # Hopper's fp8 dot wants w K-contiguous; one scale per expert or batch entry.
+            self.w = exact_fp8(w_shape, variant.w.torch_dtype, device).mT.contiguous().mT
+            lead = w_shape[:-2]
+            w_scale = 1.0 + torch.arange(lead[0] if lead else 1, device=device).float() / 4
+            flex["rhs_data"] = InFlexData(scale=w_scale)
+            self.w_ref = self.w.float() * (w_scale.view(-1, 1, 1) if lead else w_scale)
+        elif variant.w.scaling == "block_e8m0":
+            dense = torch.randn(w_shape, device=device)
+            values, scales = quantize_mx(dense.mT.contiguous(), variant.w.element, axis=-1)
+            self.w, self.pc_fields["weight_scale"] = values.mT, scales.mT
+            self.w_ref = dequantize_mx_torch(values, scales, variant.w.element).mT
+        else:
+            self.w = _operand(w_shape, variant.w.torch_dtype, device, w_transposed)
+            self.w_ref = self.w.float()
+        self.flex = flex
+
+    def precision_config(self, ref, allow_tf32=True) -> PrecisionConfig:
+        """The call's config; a flexpoint output gets an expected scale that maps max |ref| to 100."""
+        flex = dict(self.flex)
+        if self.variant.y.scaling == "flexpoint":
+            self.expected = (ref.abs().max().clamp_min(1e-6) / 100).reshape(1)
+            self.actual = torch.full((1,), float("nan"), device=ref.device)
+            flex["out_data"] = OutFlexData(expected_scale=self.expected, actual_scale=self.actual)
+        return PrecisionConfig(out_dtype=self.variant.y.torch_dtype, allow_tf32=allow_tf32,
+                               flex_ctx=FlexCtx(**flex), **self.pc_fields)
+
+    def check(self, ref, result, maxtol, rmstol, what):
+        if self.variant.w.element == "e2m1":
+            maxtol = max(maxtol, 3e-2)  # upstream's mxfp4 tolerance
+        if self.variant.y.scaling == "flexpoint":
+            dtype = self.variant.y.torch_dtype
+            scale = actual_scale_torch(ref, dtype)
+            assert abs(self.actual.item() - scale.item()) <= 1e-5 * scale.item(), (self.actual, scale)
+            ref = (ref / self.expected).to(dtype)
+        assert_close(ref.float(), result.float(), maxtol, rmstol, what=what)
+
+
 def run_case(variant: KernelVariant, m: int, n: int, k: int, device, batch: int | None = None,
              x_transposed=False, w_transposed=False, y_transposed=False, out_alpha=None, allow_tf32=True,
              maxtol=2e-2, rmstol=4e-3):
     """Run ``variant`` on fresh random inputs and compare with the reference; returns the output."""
-    dtype, out_dtype = variant.x.torch_dtype, variant.y.torch_dtype
+    out_dtype = variant.y.torch_dtype
     lead = (batch,) if batch else ()
-    x = _operand(lead + (m, k), dtype, device, x_transposed)
-    w = _operand(lead + (k, n), dtype, device, w_transposed)
+    ops = Operands(variant, lead + (m, k), lead + (k, n), device, x_transposed, w_transposed)
+    x, w = ops.x, ops.w
     n_out = n // variant.reduction_n
     bias = torch.randn(lead + (n,), device=device) if variant.bias else None
     betas = torch.rand(m, device=device) + 0.5 if variant.betas else None
@@ -44,14 +104,13 @@ def run_case(variant: KernelVariant, m: int, n: int, k: int, device, batch: int 
            if variant.activation else None)
     epi = (Epilogue(variant.epilogue, FN_ARG_VALUES[variant.epilogue.name](n_out, device))
            if variant.epilogue else None)
-    pc = PrecisionConfig(out_dtype=out_dtype, allow_tf32=allow_tf32)
-    y = _empty(lead + (m, n_out), out_dtype, device, y_transposed)
-    result = matmul_ogs(x, w, bias, precision_config=pc, betas=betas, gammas=gammas, out_alpha=out_alpha, y=y,
-                        fused_activation=act, epilogue=epi)
-    assert result.data_ptr() == y.data_ptr() and result.shape == y.shape and result.stride() == y.stride()
-    ref = matmul_ogs_torch(x.float(), w.float(), bias, precision_config=PrecisionConfig(out_dtype=torch.float32),
+    ref = matmul_ogs_torch(ops.x_ref, ops.w_ref, bias, precision_config=PrecisionConfig(out_dtype=torch.float32),
                            betas=betas, gammas=gammas, out_alpha=out_alpha, fused_activation=act, epilogue=epi)
-    assert_close(ref, result.float(), maxtol, rmstol, what=f"{variant} m={m} n={n} k={k} batch={batch}")
+    y = _empty(lead + (m, n_out), out_dtype, device, y_transposed)
+    result = matmul_ogs(x, w, bias, precision_config=ops.precision_config(ref, allow_tf32), betas=betas,
+                        gammas=gammas, out_alpha=out_alpha, y=y, fused_activation=act, epilogue=epi)
+    assert result.data_ptr() == y.data_ptr() and result.shape == y.shape and result.stride() == y.stride()
+    ops.check(ref, result, maxtol, rmstol, what=f"{variant} m={m} n={n} k={k} batch={batch}")
     return result
 
 
@@ -64,15 +123,15 @@ def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts:
     from ogsgen import opt_flags_constraints
     from ogsgen.moe import routing_from_topk
 
-    dtype, out_dtype = variant.x.torch_dtype, variant.y.torch_dtype
+    out_dtype = variant.y.torch_dtype
     logits = torch.randn(n_tokens, n_expts, device=device)
     weights, ids = torch.topk(torch.softmax(logits, -1), n_expts_act, dim=-1)
     if drop:
         ids = torch.where(torch.rand(ids.shape, device=device) < drop, -1, ids)
     routing_data, gather_indx, scatter_indx = routing_from_topk(ids, weights, n_expts)
     n_rows = n_tokens * n_expts_act
-    x = torch.randn((n_tokens if variant.gather else n_rows), k, device=device).to(dtype)
-    w = torch.randn(n_expts, k, n, device=device).to(dtype)
+    ops = Operands(variant, ((n_tokens if variant.gather else n_rows), k), (n_expts, k, n), device)
+    x, w = ops.x, ops.w
     n_out = n // variant.reduction_n
     bias = torch.randn(n_expts, n, device=device) if variant.bias else None
     betas = torch.rand(n_rows, device=device) + 0.5 if variant.betas else None
@@ -83,21 +142,22 @@ def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts:
            if variant.epilogue else None)
     out_rows = n_tokens if variant.scatter else n_rows
     y_acc_in = torch.randn(out_rows, n_out, device=device).to(out_dtype) if variant.y_acc_in else None
-    y = torch.full((out_rows, n_out), float("nan"), dtype=out_dtype, device=device)
+    y = torch.full((out_rows, n_out), float("nan"), device=device).to(out_dtype)
     kwargs = dict(gather_indx=gather_indx if variant.gather else None,
                   scatter_indx=scatter_indx if variant.scatter else None, betas=betas, gammas=gammas,
                   fused_activation=act, epilogue=epi, y_acc_in=y_acc_in)
+    # With k > 1 the scattered rows pass through a scratch buffer (the output dtype, bf16 for fp8) before the sum.
+    scratch_dtype = out_dtype if variant.y.scaling == "none" else torch.bfloat16
+    rounds_rows = variant.scatter and n_expts_act > 1
+    ref = matmul_ogs_torch(ops.x_ref, ops.w_ref, bias, routing_data,
+                           precision_config=PrecisionConfig(out_dtype=torch.float32),
+                           round_y=(lambda t: t.to(scratch_dtype).float()) if rounds_rows else None, **kwargs)
+    n_routed = out_rows if variant.scatter else int(routing_data.expt_hist.sum())
     with opt_flags_constraints(**({"split_k": split_k} if split_k else {})):
-        result = matmul_ogs(x, w, bias, routing_data, y=y, precision_config=PrecisionConfig(out_dtype=out_dtype),
+        result = matmul_ogs(x, w, bias, routing_data, y=y, precision_config=ops.precision_config(ref[:n_routed]),
                             **kwargs)
     assert result.data_ptr() == y.data_ptr()
-    # With k > 1 the scattered rows pass through a scratch buffer in the output dtype before the sum.
-    rounds_rows = variant.scatter and n_expts_act > 1
-    ref = matmul_ogs_torch(x, w, bias, routing_data, precision_config=PrecisionConfig(out_dtype=torch.float32),
-                           round_y=(lambda t: t.to(out_dtype).float()) if rounds_rows else None, **kwargs)
-    if not variant.scatter:  # rows past the routed ones (dropped gates) are left unwritten
-        n_routed = int(routing_data.expt_hist.sum())
-        ref, result = ref[:n_routed], result[:n_routed]
-    assert_close(ref, result.float(), maxtol, rmstol,
-                 what=f"{variant} tokens={n_tokens} n={n} k={k} E={n_expts} k_act={n_expts_act} split={split_k}")
+    # Rows past the routed ones (dropped gates, no scatter) are left unwritten.
+    ops.check(ref[:n_routed], result[:n_routed], maxtol, rmstol,
+              what=f"{variant} tokens={n_tokens} n={n} k={k} E={n_expts} k_act={n_expts_act} split={split_k}")
     return result

@@ -12,7 +12,7 @@ import pytest
 
 from ogsgen._resources import data_dir
 from ogsgen.codegen import build, check, render_variant
-from ogsgen.spec import default_catalog, load_catalog_file
+from ogsgen.spec import Catalog, default_catalog, load_catalog_file
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -23,7 +23,9 @@ GOLDEN_DEFAULT = ["ogs_matmul_xbf16_wbf16_ybf16", "ogs_matmul_xbf16_wbf16_ybf16_
                   "ogs_matmul_xfp32_wfp32_yfp32_bias", "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu",
                   "ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_bias_gammas",
                   "ogs_matmul_xbf16_wbf16_yfp32_ragged_gather_bias", "ogs_reduce_xbf16_ybf16_scatter",
-                  "ogs_reduce_xfp32_ybf16_gammas_act_swiglu"]
+                  "ogs_reduce_xfp32_ybf16_gammas_act_swiglu",
+                  "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_gather_bias_act_swiglu",
+                  "ogs_matmul_xfp8e4m3_wfp8e4m3_yfp8e4m3_bias", "ogs_reduce_xfp32_yfp8e4m3"]
 GOLDEN_CUSTOM = ["ogs_matmul_xbf16_wbf16_ybf16_bias_betas_act_leaky_scaled",
                  "ogs_matmul_xfp16_wfp16_yfp16_gammas_epi_column_scale",
                  "ogs_matmul_xbf16_wbf16_ybf16_bias_betas_gammas_act_swiglu_epi_column_scale"]
@@ -111,6 +113,17 @@ def test_edited_user_function_makes_check_fail(tmp_path):
     stale = {Path(line.split(": ", 1)[1]).stem for line in result.stdout.splitlines() if line.startswith("stale: ")}
     users = {name for name in load_catalog_file(CUSTOM_CATALOG).by_name() if "leaky_scaled" in name}
     assert stale == users | {"manifest"}
+
+
+def test_full_build_removes_variants_that_left_the_catalog(tmp_path):
+    catalog = default_catalog()
+    build(catalog, tmp_path, only="ogs_matmul_xfp16_*")
+    (tmp_path / "mine.py").write_text("# not written by ogsgen\n")
+    smaller = Catalog("smaller", tuple(v for n, v in catalog.by_name().items() if n.startswith("ogs_matmul_xfp16_wfp16_yfp16_b")))
+    report = build(smaller, tmp_path)
+    assert report.removed and all(not (tmp_path / name).exists() for name in report.removed)
+    assert (tmp_path / "mine.py").exists()
+    assert sorted(p.stem for p in tmp_path.glob("ogs_*.py")) == sorted(smaller.by_name())
 
 
 def test_build_writes_only_changed_files(tmp_path):

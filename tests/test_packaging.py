@@ -1,12 +1,12 @@
 """A non-editable install ships templates/ and generated/ inside the package, and the runtime finds them."""
 import os
-
-import pytest
 import site
 import subprocess
 import sys
 import venv
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 

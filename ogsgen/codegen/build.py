@@ -100,17 +100,29 @@ def _planned(catalog: Catalog, rendered: list[RenderedKernel], out_dir: Path, pa
 class BuildReport:
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
 
 
 def build(catalog: Catalog, out_dir: str | os.PathLike, only: str | None = None, dry_run: bool = False,
           progress=None) -> BuildReport:
+    """Render and write; a full build also removes the files an earlier build wrote for variants the
+    catalog no longer has (files ogsgen did not write are left alone)."""
     out_dir = Path(out_dir)
     rendered = render_catalog(catalog, only, progress)
     report = BuildReport()
-    for filename, text in _planned(catalog, rendered, out_dir, only is not None).items():
+    previous = read_manifest(out_dir).get("variants", {})
+    planned = _planned(catalog, rendered, out_dir, only is not None)
+    for filename, text in planned.items():
         path = out_dir / filename
         changed = (not path.exists() or path.read_text() != text) if dry_run else write_atomic(path, text)
         (report.written if changed else report.unchanged).append(filename)
+    if only is None:
+        for entry in previous.values():
+            path = out_dir / entry["path"]
+            if entry["path"] not in planned and path.exists():
+                report.removed.append(entry["path"])
+                if not dry_run:
+                    path.unlink()
     return report
 
 

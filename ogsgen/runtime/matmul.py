@@ -117,7 +117,7 @@ def _operand_formats(x, w, pc: PrecisionConfig):
         raise SpecError("w is uint8 (packed mxfp4) but precision_config.weight_scale is None; pass its e8m0 scales")
     else:
         w_fmt = plain_format_of(w.dtype, "w")
-        if w_fmt != x_fmt:
+        if w_fmt != x_fmt and x_fmt.scaling == "none":
             raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
     out_dtype = pc.out_dtype or (x.dtype if x_fmt.scaling == "none" else torch.bfloat16)
     y_fmt = FP8_DTYPES[out_dtype] if out_dtype in FP8_DTYPES else plain_format_of(out_dtype,
@@ -141,7 +141,7 @@ def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n):
             raise SpecError(f"{name} is set but the operand is {fmt.name}, not fp8 flexpoint; drop the scale")
         _check_tensor(scale, name, dtype=torch.float32)
         if scale.numel() not in lengths or not scale.is_contiguous():
-            raise SpecError(f"{name} must be a contiguous float32 tensor of {' or '.join(map(str, lengths))} "
+            raise SpecError(f"{name} must be a contiguous float32 tensor of {' or '.join(map(str, sorted(set(lengths))))} "
                             f"element(s), got shape {tuple(scale.shape)}")
     out = flex.out_data
     for name, scale in (("expected_scale", out.expected_scale), ("actual_scale", out.actual_scale)):

@@ -1,0 +1,254 @@
+"""Scaled formats: MX quantization, MX and fp8 weights, fp8 flexpoint activations and outputs."""
+import pytest
+import torch
+
+import ogsgen
+from ogsgen import FlexCtx, InFlexData, OutFlexData, PrecisionConfig, matmul_ogs, matmul_ogs_torch
+from ogsgen.codegen import build
+from ogsgen.numerics import (actual_scale_torch, dequantize_mx, dequantize_mx_torch, max_finite, quantize_mx,
+                             quantize_mx_torch)
+from ogsgen.spec import (BF16, FP8_E4M3, FP8_E5M2, FP16, MXFP4, MXFP8_E4M3, MXFP8_E5M2, Catalog, variant_product)
+from ogsgen.spec.catalog import _expand
+from ogsgen.testing import assert_close
+
+ELEMENTS = ["e2m1", "e4m3", "e5m2"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def format_test_kernels(tmp_path_factory):
+    variants = [
+        *variant_product([(BF16, MXFP4, BF16), (FP16, MXFP4, FP16), (BF16, MXFP8_E4M3, BF16),
+                          (BF16, MXFP8_E5M2, BF16)], activations=(None, ogsgen.swiglu), bias=(False, True)),
+        *variant_product([(BF16, MXFP4, BF16)], activations=(None, ogsgen.swiglu), ragged=(True,),
+                         gather=(False, True), scatter=(False, True), bias=(True,), gammas=(False, True)),
+        *variant_product([(FP8_E4M3, FP8_E4M3, FP8_E4M3), (FP8_E5M2, FP8_E5M2, FP8_E5M2),
+                          (FP8_E4M3, FP8_E4M3, BF16), (BF16, FP8_E4M3, BF16), (FP16, FP8_E5M2, FP16)],
+                         bias=(False, True)),
+        *variant_product([(FP8_E5M2, FP8_E5M2, FP8_E5M2), (FP8_E4M3, FP8_E4M3, BF16)], ragged=(True,),
+                         gather=(False, True), scatter=(False, True)),
+    ]
+    out = tmp_path_factory.mktemp("format_kernels")
+    build(Catalog("format_tests", _expand(variants, "format_tests")), out)
+    ogsgen.add_search_path(out)
+
+
+# ---------------------------------------------------------------- MX quantization
+
+@pytest.mark.parametrize("element", ELEMENTS)
+@pytest.mark.parametrize("rounding", ["up", "down"])
+@pytest.mark.parametrize("shape,axis", [((7, 100), -1), ((3, 64, 10), 1), ((2, 5, 96), 0)])
+def test_quantize_mx_triton_matches_torch_bit_for_bit(element, rounding, shape, axis, device):
+    x = torch.randn(shape, device=device) * torch.exp(3 * torch.randn(shape[:-1] + (1,), device=device))
+    x.view(-1)[:40] = 0.0  # an all-zero block
+    v_tri, s_tri = quantize_mx(x, element, axis=axis, rounding=rounding)
+    v_ref, s_ref = quantize_mx_torch(x, element, axis=axis, rounding=rounding)
+    assert torch.equal(s_tri, s_ref)
+    assert torch.equal(v_tri.view(torch.uint8), v_ref.view(torch.uint8))
+    d_tri, d_ref = dequantize_mx(v_tri, s_tri, element, axis=axis), dequantize_mx_torch(v_ref, s_ref, element, axis=axis)
+    assert torch.equal(d_tri, d_ref) and d_tri.shape == x.shape
+    # MX values survive another round trip unchanged.
+    assert torch.equal(dequantize_mx_torch(*quantize_mx_torch(d_ref, element, axis=axis, rounding=rounding),
+                                           element, axis=axis), d_ref)
+
+
+def test_e2m1_rounds_to_nearest_even(device):
+    # Scale 1 (block max 6): the ties 0.25, 0.75, 1.25, 1.75, 2.5, 3.5 and 5 go to the even code.
+    x = torch.tensor([6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.26, -5.01, 0.0, -0.0] + [0.0] * 20,
+                     device=device)
+    values, scales = quantize_mx(x, "e2m1")
+    assert scales.tolist() == [127]
+    decoded = dequantize_mx(values, scales, "e2m1")
+    assert decoded[:10].tolist() == [6.0, 0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, -0.5, -6.0]
+
+
+@pytest.mark.parametrize("element,largest,emax", [("e2m1", 6.0, 2), ("e4m3", 448.0, 8), ("e5m2", 57344.0, 15)])
+def test_scale_rounding_modes(element, largest, emax, device):
+    x = torch.full((32,), 1.0, device=device)
+    x[0] = 1.9 * 2.0 ** emax  # above the largest value of that binade
+    _, up = quantize_mx(x, element, rounding="up")
+    _, down = quantize_mx(x, element, rounding="down")
+    assert up.item() == 128 and down.item() == 127  # "up" never saturates; "down" (OCP) saturates x[0]
+    assert dequantize_mx(*quantize_mx(x, element, rounding="down"), element)[0].item() == largest
+
+
+def test_quantize_errors():
+    with pytest.raises(ogsgen.SpecError, match="its size must be even"):
+        quantize_mx(torch.randn(3, 33), "e2m1")
+    with pytest.raises(ogsgen.SpecError, match="element must be one of"):
+        quantize_mx(torch.randn(3, 32), "e3m2")
+    with pytest.raises(ogsgen.SpecError, match="rounding must be one of"):
+        quantize_mx_torch(torch.randn(3, 32), "e4m3", rounding="nearest")
+
+
+# ---------------------------------------------------------------- MX weights in matmul_ogs
+
+def _mx_weights(w_float, element):
+    """(values, scales) along K of (E, K, N) weights, stored K-contiguous as Hopper prefers."""
+    values, scales = quantize_mx(w_float.mT.contiguous(), element, axis=-1)
+    return values.mT, scales.mT
+
+
+@pytest.mark.parametrize("element,maxtol", [("e2m1", 3e-2), ("e4m3", 2e-2), ("e5m2", 2e-2)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_dense_mx_weights(element, maxtol, bias, device):
+    x = torch.randn(37, 96, device=device).bfloat16()
+    w_values, w_scales = _mx_weights(torch.randn(1, 96, 80, device=device), element)
+    w_values, w_scales = w_values[0], w_scales[0]
+    b = torch.randn(80, device=device) if bias else None
+    pc = PrecisionConfig(weight_scale=w_scales)
+    y = torch.full((37, 80), float("nan"), device=device, dtype=torch.bfloat16)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=32):
+        matmul_ogs(x, w_values, b, precision_config=pc, y=y)
+    w_ref = dequantize_mx_torch(w_values.mT, w_scales.mT, element).mT
+    ref = matmul_ogs_torch(x.float(), w_ref, b, precision_config=PrecisionConfig(out_dtype=torch.float32))
+    assert_close(ref, y.float(), maxtol=maxtol)
+
+
+@pytest.mark.parametrize("k_act", [1, 4])
+def test_gpt_oss_moe_with_mxfp4_weights(k_act, device):
+    """gpt-oss's two MoE matmuls with mxfp4 weights against the bf16-dequantized reference."""
+    tokens, hidden, inter, n_expts = 24, 64, 32, 8
+    rd, gi, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
+    x = torch.randn(tokens, hidden, device=device).bfloat16()
+    w1, s1 = _mx_weights(torch.randn(n_expts, hidden, 2 * inter, device=device) / 8, "e2m1")
+    w2, s2 = _mx_weights(torch.randn(n_expts, inter, hidden, device=device) / 6, "e2m1")
+    b1, b2 = torch.randn(n_expts, 2 * inter, device=device), torch.randn(n_expts, hidden, device=device)
+    act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+    gammas = rd.gate_scal.float()
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=32):
+        h = matmul_ogs(x, w1, b1, rd, gather_indx=gi, fused_activation=act,
+                       precision_config=PrecisionConfig(weight_scale=s1))
+        y = matmul_ogs(h, w2, b2, rd, scatter_indx=si, gammas=gammas, precision_config=PrecisionConfig(weight_scale=s2))
+    w1_ref = dequantize_mx_torch(w1.mT, s1.mT, "e2m1").mT
+    w2_ref = dequantize_mx_torch(w2.mT, s2.mT, "e2m1").mT
+    fp32 = PrecisionConfig(out_dtype=torch.float32)
+    h_ref = matmul_ogs_torch(x, w1_ref, b1, rd, gather_indx=gi, fused_activation=act, precision_config=fp32)
+    assert_close(h_ref, h.float(), maxtol=3e-2)
+    rounds = (lambda t: t.bfloat16().float()) if k_act > 1 else None
+    y_ref = matmul_ogs_torch(h, w2_ref, b2, rd, scatter_indx=si, gammas=gammas, precision_config=fp32, round_y=rounds)
+    assert_close(y_ref, y.float(), maxtol=3e-2)
+
+
+# ---------------------------------------------------------------- fp8 flexpoint
+
+def _exact_fp8(shape, dtype, device):
+    """Powers of two 2**-4 .. 2**-7 with random signs: exact in fp8, so are their fp32 dot products."""
+    values = 2.0 ** -torch.randint(4, 8, shape, device=device).float()
+    return (values * torch.where(torch.rand(shape, device=device) < 0.5, -1.0, 1.0)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("batch", [None, 3])
+def test_fp8_flexpoint_dense(dtype, batch, device):
+    lead = (batch,) if batch else ()
+    x = _exact_fp8(lead + (40, 64), dtype, device)
+    w = _exact_fp8(lead + (64, 48), dtype, device).mT.contiguous().mT  # K-contiguous, as Hopper requires
+    x_scale = torch.tensor([1.25], device=device)
+    w_scale = torch.tensor([1.5, 1.25, 1.0][:batch or 1], device=device)
+    expected = torch.tensor([4.0], device=device)
+    actual = torch.full((1,), float("nan"), device=device)
+    pc = PrecisionConfig(out_dtype=dtype, flex_ctx=FlexCtx(lhs_data=InFlexData(scale=x_scale),
+                                                         rhs_data=InFlexData(scale=w_scale),
+                                                         out_data=OutFlexData(expected_scale=expected,
+                                                                              actual_scale=actual)))
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=16, block_k=32):
+        y = matmul_ogs(x, w, None, precision_config=pc)
+    assert y.dtype == dtype
+    w_scales = w_scale.view(-1, 1, 1) if batch else w_scale
+    ref = torch.matmul(x.float() * x_scale, w.float() * w_scales)
+    assert abs(actual.item() - actual_scale_torch(ref, dtype).item()) < 1e-10
+    assert_close((ref / expected).to(dtype).float(), y.float())
+
+
+@pytest.mark.parametrize("x_dtype,w_dtype", [(torch.bfloat16, torch.float8_e4m3fn), (torch.float16, torch.float8_e5m2)])
+def test_fp8_weights_with_16_bit_activations(x_dtype, w_dtype, device):
+    x = torch.randn(33, 64, device=device).to(x_dtype)
+    w = _exact_fp8((64, 40), w_dtype, device)
+    bias, w_scale = torch.randn(40, device=device), torch.tensor([3.0], device=device)
+    pc = PrecisionConfig(flex_ctx=FlexCtx(rhs_data=InFlexData(scale=w_scale)))
+    y = matmul_ogs(x, w, bias, precision_config=pc)
+    ref = x.float() @ (w.float() * 3.0) + bias
+    assert_close(ref, y.float())
+
+
+@pytest.mark.parametrize("gather,scatter", [(False, False), (True, False), (False, True), (True, True)])
+def test_fp8_moe_per_expert_scales(gather, scatter, device):
+    n_expts, k_act, tokens = 4, 2, 20
+    rd, gi, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
+    dtype = torch.float8_e5m2
+    x = _exact_fp8((tokens if gather else tokens * k_act, 64), dtype, device)
+    w = _exact_fp8((n_expts, 64, 32), dtype, device).mT.contiguous().mT
+    w_scale = torch.tensor([1.5, 1.25, 1.0, 0.75], device=device)
+    actual = torch.zeros(1, device=device)
+    pc = PrecisionConfig(out_dtype=dtype, flex_ctx=FlexCtx(rhs_data=InFlexData(scale=w_scale),
+                                                         out_data=OutFlexData(expected_scale=torch.tensor(
+                                                             [2.0], device=device), actual_scale=actual)))
+    kwargs = dict(gather_indx=gi if gather else None, scatter_indx=si if scatter else None)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=16, block_k=32):
+        y = matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs)
+    w_ref = w.float() * w_scale.view(-1, 1, 1)
+    rounds = (lambda t: t.bfloat16().float()) if scatter else None  # k > 1 sums through a bf16 scratch
+    ref = matmul_ogs_torch(x.float(), w_ref, None, rd, precision_config=PrecisionConfig(out_dtype=torch.float32),
+                           round_y=rounds, **kwargs)
+    assert abs(actual.item() - actual_scale_torch(ref, dtype).item()) < 1e-10
+    assert_close((ref / 2.0).to(dtype).float(), y.float())
+
+
+def test_flexpoint_saturation(device):
+    x = torch.full((16, 32), 2.0, device=device).to(torch.float8_e4m3fn)
+    w = torch.full((32, 16), 8.0, device=device).to(torch.float8_e4m3fn).mT.contiguous().mT
+    actual = torch.zeros(1, device=device)
+    out = OutFlexData(expected_scale=torch.tensor([1.0], device=device), actual_scale=actual)
+    pc = PrecisionConfig(out_dtype=torch.float8_e4m3fn, flexpoint_saturate_inf=True,
+                         flex_ctx=FlexCtx(out_data=out))
+    y = matmul_ogs(x, w, None, precision_config=pc)  # every value is 512 > 448
+    assert (y.float() == 448.0).all()
+    assert actual.item() == (torch.tensor([512.0]) / max_finite(torch.float8_e4m3fn)).item()
+
+
+def test_bitwise_invariance(device):
+    x = torch.randn(300, 64, device=device).bfloat16()
+    w = torch.randn(64, 96, device=device).bfloat16()
+    pc = PrecisionConfig(enforce_bitwise_invariance=True)
+    full = matmul_ogs(x, w, None, precision_config=pc)
+    for rows in (slice(0, 1), slice(130, 133), slice(299, 300)):
+        assert torch.equal(matmul_ogs(x[rows], w, None, precision_config=pc), full[rows])
+    with ogsgen.opt_flags_constraints(block_m=64):
+        with pytest.raises(ogsgen.InapplicableConstraint, match="enforce_bitwise_invariance fixes block_m=128"):
+            matmul_ogs(x, w, None, precision_config=pc)
+
+
+# ---------------------------------------------------------------- bad inputs
+
+def test_format_errors(device):
+    x = torch.randn(8, 64, device=device).bfloat16()
+    values, scales = _mx_weights(torch.randn(1, 64, 32, device=device), "e2m1")
+    values, scales = values[0], scales[0]
+    with pytest.raises(ogsgen.SpecError, match=r"weight_scale must hold one e8m0 byte per 32 values of K: shape \(2, 32\)"):
+        matmul_ogs(x, values, None, precision_config=PrecisionConfig(weight_scale=scales[:1]))
+    with pytest.raises(ogsgen.SpecError, match="weight_scale must be torch.uint8"):
+        matmul_ogs(x, values, None, precision_config=PrecisionConfig(weight_scale=scales.float()))
+    with pytest.raises(ogsgen.SpecError, match="packed mxfp4: 2 values per byte"):
+        matmul_ogs(x[:, :63], values, None, precision_config=PrecisionConfig(weight_scale=scales))
+    with pytest.raises(ogsgen.SpecError, match="w is uint8 .*weight_scale is None"):
+        matmul_ogs(x, values, None)
+    with pytest.raises(ogsgen.SpecError, match="MX weights need bf16 or fp16 x"):
+        matmul_ogs(x.float(), values, None, precision_config=PrecisionConfig(weight_scale=scales))
+    with pytest.raises(ogsgen.SpecError, match="act_scale makes x mxfp8, which needs mx weights"):
+        matmul_ogs(x, x.mT.contiguous(), None, precision_config=PrecisionConfig(act_scale=scales))
+    with pytest.raises(ogsgen.UnsupportedError, match="mxfp8 activations need native MX matmul hardware"):
+        matmul_ogs(x, values, None, precision_config=PrecisionConfig(weight_scale=scales, act_scale=scales))
+    fp8 = x.to(torch.float8_e4m3fn)
+    with pytest.raises(ogsgen.SpecError, match="lhs_data.scale is set but the operand is bf16"):
+        matmul_ogs(x, x.mT.contiguous(), None,
+                   precision_config=PrecisionConfig(flex_ctx=FlexCtx(lhs_data=InFlexData(scale=torch.ones(1)))))
+    with pytest.raises(ogsgen.SpecError, match=r"rhs_data.scale must be a contiguous float32 tensor of 1 element\(s\)"):
+        matmul_ogs(fp8, fp8.mT.contiguous().mT.mT, None,
+                   precision_config=PrecisionConfig(flex_ctx=FlexCtx(rhs_data=InFlexData(scale=torch.ones(2)))))
+    with pytest.raises(ogsgen.SpecError, match="fp8 x needs fp8 weights"):
+        matmul_ogs(fp8, x.mT.contiguous(), None)
+    with pytest.raises(ogsgen.SpecError, match="max_num_imprecise_acc applies to fp8 x fp8 matmuls only"):
+        matmul_ogs(x, x.mT.contiguous(), None, precision_config=PrecisionConfig(max_num_imprecise_acc=32))
+    with pytest.raises(ogsgen.SpecError, match="expected_scale is set but the output is bf16"):
+        matmul_ogs(x, x.mT.contiguous(), None, precision_config=PrecisionConfig(
+            flex_ctx=FlexCtx(out_data=OutFlexData(expected_scale=torch.ones(1)))))
