@@ -118,3 +118,45 @@ def test_moe_layer_makes_no_host_synchronization():
             out.sum().item()
         finally:
             torch.cuda.set_sync_debug_mode("default")
+
+
+# ---------------------------------------------------------------- scaled formats
+
+FORMAT_SHAPES = [  # name, m, n, k
+    ("ogs_matmul_xbf16_wmxfp4_ybf16_bias", 4096, 5760, 2880),
+    ("ogs_matmul_xbf16_wmxfp4_ybf16", 8, 5760, 2880),
+    ("ogs_matmul_xbf16_wmxfp8e4m3_ybf16", 1024, 4096, 4096),
+    ("ogs_matmul_xbf16_wfp8e4m3_ybf16_bias", 1024, 4096, 4096),
+    ("ogs_matmul_xfp8e4m3_wfp8e4m3_yfp8e4m3_bias", 4096, 4096, 4096),
+    ("ogs_matmul_xfp8e4m3_wfp8e4m3_ybf16", 300, 400, 400),
+]
+
+
+@pytest.mark.parametrize("name,m,n,k", FORMAT_SHAPES)
+def test_formats_realistic(name, m, n, k):
+    run_case(DEFAULT[name], m, n, k, "cuda")
+
+
+FORMAT_MOE_SHAPES = [  # label, name, tokens, n, k, E, k_act
+    ("gpt-oss w1 mxfp4", "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_gather_bias_act_swiglu", 2048, 5760, 2880, 128, 4),
+    ("gpt-oss w2 mxfp4", "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_scatter_bias_gammas", 2048, 2880, 2880, 128, 4),
+    ("gpt-oss w1 mxfp4 decode", "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_gather_bias_act_swiglu", 4, 5760, 2880, 128, 4),
+    ("DeepSeek-V3 w1 fp8", "ogs_matmul_xfp8e4m3_wfp8e4m3_ybf16_ragged_gather_act_swiglu", 512, 4096, 7168, 256, 8),
+    ("DeepSeek-V3 w2 fp8", "ogs_matmul_xfp8e4m3_wfp8e4m3_ybf16_ragged_scatter_gammas", 512, 7168, 2048, 256, 8),
+    ("weight-only fp8 w1", "ogs_matmul_xbf16_wfp8e4m3_ybf16_ragged_gather_bias_act_swiglu", 1000, 4096, 1024, 8, 2),
+]
+
+
+@pytest.mark.parametrize("label,name,tokens,n,k,n_expts,k_act", FORMAT_MOE_SHAPES,
+                         ids=[s[0] for s in FORMAT_MOE_SHAPES])
+def test_format_moe_realistic(label, name, tokens, n, k, n_expts, k_act):
+    run_moe_case(DEFAULT[name], tokens, n, k, n_expts, k_act, "cuda")
+
+
+def test_bitwise_invariance_realistic():
+    x = torch.randn(4096, 2880, device="cuda").bfloat16()
+    w = torch.randn(2880, 5760, device="cuda").bfloat16()
+    pc = ogsgen.PrecisionConfig(enforce_bitwise_invariance=True)
+    full = ogsgen.matmul_ogs(x, w, None, precision_config=pc)
+    for rows in (slice(0, 1), slice(1000, 1007), slice(4000, 4096)):
+        assert torch.equal(ogsgen.matmul_ogs(x[rows], w, None, precision_config=pc), full[rows])
