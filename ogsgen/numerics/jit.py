@@ -73,20 +73,24 @@ def dequant_mx_k_tile(values, scales, ELEMENT: tl.constexpr, BLOCK_K: tl.constex
 
 
 @triton.jit
-def quantize_mx_rows(tile, ELEMENT: tl.constexpr, EMAX: tl.constexpr, MAX_MANTISSA: tl.constexpr,
-                     MAX_VALUE: tl.constexpr, ROUND_UP: tl.constexpr):
-    """Quantize a float32 (BLOCK_M, BLOCK_N) tile along N in blocks of 32.
+def scale_mx_rows(tile, EMAX: tl.constexpr, MAX_MANTISSA: tl.constexpr, MAX_VALUE: tl.constexpr,
+                  ROUND_UP: tl.constexpr):
+    """Scale a float32 (BLOCK_M, BLOCK_N) tile along N in blocks of 32 for MX quantization.
 
-    Returns (values, scales): values are (BLOCK_M, BLOCK_N // 2) packed e2m1 bytes or
-    (BLOCK_M, BLOCK_N) float32 ready for an fp8 cast; scales are (BLOCK_M, BLOCK_N // 32) bytes.
+    Returns (scaled, scales): the values divided by their block's scale and clamped to the element's
+    range (ready for an fp8 cast or ``pack_e2m1_rows``), and the (BLOCK_M, BLOCK_N // 32) scale bytes.
     """
     BLOCK_M: tl.constexpr = tile.shape[0]
     BLOCK_N: tl.constexpr = tile.shape[1]
     blocks = tl.reshape(tile, (BLOCK_M, BLOCK_N // 32, 32))
     scales = mx_scale_code(tl.max(tl.abs(blocks), axis=2), EMAX, MAX_MANTISSA, ROUND_UP)
     scaled = blocks * inverse_pow2_of_scale(scales)[:, :, None]
-    scaled = tl.reshape(tl.minimum(tl.maximum(scaled, -MAX_VALUE), MAX_VALUE), (BLOCK_M, BLOCK_N))
-    if ELEMENT == "e2m1":
-        even, odd = tl.split(tl.reshape(encode_e2m1(scaled), (BLOCK_M, BLOCK_N // 2, 2)))
-        return even | (odd << 4), scales
-    return scaled, scales
+    scaled = tl.minimum(tl.maximum(scaled, -MAX_VALUE), MAX_VALUE)
+    return tl.reshape(scaled, (BLOCK_M, BLOCK_N)), scales
+
+
+@triton.jit
+def pack_e2m1_rows(scaled):
+    """(BLOCK_M, BLOCK_N) float32 -> (BLOCK_M, BLOCK_N // 2) bytes of two e2m1 codes (even column low)."""
+    even, odd = tl.split(tl.reshape(encode_e2m1(scaled), (scaled.shape[0], scaled.shape[1] // 2, 2)))
+    return even | (odd << 4)

@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from ..errors import SpecError
-from .jit import dequant_mx_k_tile, quantize_mx_rows
+from .jit import dequant_mx_k_tile, pack_e2m1_rows, scale_mx_rows
 from .mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK, _check
 
 _TL_FP8 = {"e4m3": tl.float8e4nv, "e5m2": tl.float8e5}
@@ -21,16 +21,16 @@ def _quantize_rows(X, Values, Scales, n_rows, size, stride_x, stride_v, stride_s
     mask_r = rows < n_rows
     tile = tl.load(X + rows.to(tl.int64)[:, None] * stride_x + cols[None, :],
                    mask=mask_r[:, None] & (cols[None, :] < size), other=0.0).to(tl.float32)
-    values, scales = quantize_mx_rows(tile, ELEMENT, EMAX, MAX_MANTISSA, MAX_VALUE, ROUND_UP)
+    scaled, scales = scale_mx_rows(tile, EMAX, MAX_MANTISSA, MAX_VALUE, ROUND_UP)
     scale_cols = tl.program_id(1) * (BLOCK_S // 32) + tl.arange(0, BLOCK_S // 32)
     tl.store(Scales + rows[:, None] * stride_s + scale_cols[None, :], scales,
              mask=mask_r[:, None] & (scale_cols[None, :] < tl.cdiv(size, 32)))
     if ELEMENT == "e2m1":
         byte_cols = tl.program_id(1) * (BLOCK_S // 2) + tl.arange(0, BLOCK_S // 2)
-        tl.store(Values + rows.to(tl.int64)[:, None] * stride_v + byte_cols[None, :], values,
+        tl.store(Values + rows.to(tl.int64)[:, None] * stride_v + byte_cols[None, :], pack_e2m1_rows(scaled),
                  mask=mask_r[:, None] & (byte_cols[None, :] < size // 2))
     else:
-        tl.store(Values + rows.to(tl.int64)[:, None] * stride_v + cols[None, :], values.to(OUT_DTYPE),
+        tl.store(Values + rows.to(tl.int64)[:, None] * stride_v + cols[None, :], scaled.to(OUT_DTYPE),
                  mask=mask_r[:, None] & (cols[None, :] < size))
 
 
