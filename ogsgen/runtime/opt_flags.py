@@ -106,6 +106,8 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1):
         raise InapplicableConstraint("precision_config.enforce_bitwise_invariance fixes block_m=128 and split_k=1; "
                                      "drop the conflicting opt_flags_constraints")
+    if itemsize == 1 and flags.block_k < 32:
+        raise InapplicableConstraint(f"block_k={flags.block_k}: an fp8 dot needs block_k >= 32")
     if w_mx and flags.block_k % 32:
         raise InapplicableConstraint(f"block_k={flags.block_k}: mx weights carry one scale per 32 rows of K, so "
                                      f"block_k must be a multiple of 32")
