@@ -4,7 +4,7 @@ from .errors import (CatalogError, InapplicableConstraint, OgsgenError, SpecErro
                      UnsupportedError, VariantNotBuiltError)
 from .spec import FnSpecs, KernelVariant, canonical_name, register_activation, register_epilogue, unregister
 from .builtins import swiglu, swiglu_torch  # importing registers the built-in functions
-from .moe import routing, routing_from_topk
+from .moe import prepare_expert_weights, routing, routing_from_topk
 from .runtime import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OptFlags, OutFlexData,
                       PrecisionConfig, RoutingData, ScatterIndx, add_search_path, matmul_ogs, matmul_ogs_torch,
                       opt_flags_constraints, set_on_demand)
@@ -15,5 +15,5 @@ __all__ = [
     "register_activation", "register_epilogue", "unregister", "swiglu", "swiglu_torch", "Epilogue", "FlexCtx",
     "FusedActivation", "GatherIndx", "InFlexData", "OptFlags", "OutFlexData", "PrecisionConfig", "RoutingData",
     "ScatterIndx", "add_search_path", "matmul_ogs", "matmul_ogs_torch", "opt_flags_constraints", "set_on_demand",
-    "routing", "routing_from_topk",
+    "routing", "routing_from_topk", "prepare_expert_weights",
 ]

@@ -252,3 +252,68 @@ def test_format_errors(device):
     with pytest.raises(ogsgen.SpecError, match="expected_scale is set but the output is bf16"):
         matmul_ogs(x, x.mT.contiguous(), None, precision_config=PrecisionConfig(
             flex_ctx=FlexCtx(out_data=OutFlexData(expected_scale=torch.ones(1)))))
+
+
+# ---------------------------------------------------------------- weight preparation
+
+@pytest.mark.parametrize("format", ["bf16", "fp8e4m3", "mxfp4", "mxfp8e4m3"])
+@pytest.mark.parametrize("layout,gate_up", [("out_in", "concatenated"), ("in_out", "interleaved"), ("out_in", None)])
+def test_prepare_expert_weights_round_trips(format, layout, gate_up, device):
+    n_expts, k, n = 3, 64, 48
+    dense = torch.randn(n_expts, n, k, device=device) if layout == "out_in" else torch.randn(n_expts, k, n,
+                                                                                             device=device)
+    bias = torch.randn(n_expts, n, device=device)
+    prepared = ogsgen.prepare_expert_weights(dense, bias, layout=layout, gate_up=gate_up, format=format)
+    back = prepared.dequantize(checkpoint_order=True)
+    assert back.shape == dense.shape
+    if format == "bf16":
+        assert torch.equal(back, dense.bfloat16().float())
+    elif format.startswith("mx"):
+        element = {"mxfp4": "e2m1", "mxfp8e4m3": "e4m3"}[format]
+        along_k = dense if layout == "out_in" else dense.mT
+        expected = dequantize_mx_torch(*quantize_mx_torch(along_k, element, axis=-1), element)
+        assert torch.equal(back if layout == "out_in" else back.mT, expected)
+    else:
+        assert_close(dense, back, maxtol=0.07, rmstol=0.05)
+    if format in ("fp8e4m3", "mxfp4", "mxfp8e4m3"):
+        assert prepared.w.stride(-2) == 1  # K-contiguous, as Hopper reads scaled weights
+    if gate_up == "concatenated":  # the matmul sees gate, up, gate, up, ... columns
+        assert torch.equal(prepared.bias[:, 0::2], bias[:, : n // 2])
+        torch.testing.assert_close(prepared.dequantize()[:, :, 1::2], prepared.dequantize(True).mT[:, :, n // 2:])
+
+
+def test_prepared_weights_run_a_swiglu_moe_matmul(device):
+    n_expts, hidden, inter, tokens = 4, 64, 32, 16
+    gate_up = torch.randn(n_expts, 2 * inter, hidden, device=device) / 8   # HF-style (E, out, in), [gate; up]
+    bias = torch.randn(n_expts, 2 * inter, device=device)
+    prepared = ogsgen.prepare_expert_weights(gate_up, bias, gate_up="concatenated", format="mxfp4")
+    rd, gi, _ = ogsgen.routing(torch.randn(tokens, n_expts, device=device), 2)
+    x = torch.randn(tokens, hidden, device=device).bfloat16()
+    act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=32):
+        y = matmul_ogs(x, prepared.w, prepared.bias, rd, gather_indx=gi, fused_activation=act,
+                       precision_config=prepared.precision_config())
+    # Reference in the checkpoint's own terms: gate and up halves, SwiGLU written out.
+    w = prepared.dequantize(checkpoint_order=True)                       # (E, 2I, H), [gate; up]
+    xs = x.float()[gi.src_indx.long() // 2]
+    ref = torch.empty(tokens * 2, inter, device=device)
+    ends = torch.cumsum(rd.expt_hist, 0).tolist()
+    for e, (lo, hi) in enumerate(zip([0] + ends[:-1], ends)):
+        h = xs[lo:hi] @ w[e].T + bias[e]
+        g, u = h[:, :inter].clamp(max=7.0), h[:, inter:].clamp(-7.0, 7.0)
+        ref[lo:hi] = g * torch.sigmoid(1.702 * g) * (u + 1)
+    assert_close(ref, y.float(), maxtol=3e-2)
+
+
+def test_prepare_gpt_oss_checkpoint(device):
+    # gpt-oss ships mxfp4 blocks (E, out, in // 32, 16) and scales (E, out, in // 32), gate/up interleaved.
+    dense = torch.randn(2, 64, 96, device=device)
+    values, scales = quantize_mx_torch(dense, "e2m1", axis=-1)
+    prepared = ogsgen.prepare_expert_weights((values.unflatten(-1, (-1, 16)), scales), format="mxfp4",
+                                             gate_up="interleaved")
+    assert prepared.w.shape == (2, 48, 64) and prepared.weight_scale.shape == (2, 3, 64)
+    assert torch.equal(prepared.dequantize(checkpoint_order=True), dequantize_mx_torch(values, scales, "e2m1"))
+    with pytest.raises(ogsgen.SpecError, match="must be MX-quantized along `in`"):
+        ogsgen.prepare_expert_weights((values, scales), format="bf16")
+    with pytest.raises(ogsgen.SpecError, match="format must be one of"):
+        ogsgen.prepare_expert_weights(dense, format="int4")

@@ -1,0 +1,137 @@
+"""From checkpoint-style expert weights to what ``matmul_ogs`` takes.
+
+Checkpoints store expert weights as ``(E, out, in)`` (``nn.Linear`` order; HF, gpt-oss) or
+``(E, in, out)``; the gate and up projections of a SwiGLU MLP either concatenated along ``out``
+(``[gate; up]``: DeepSeek, Qwen, merged Mixtral) or already interleaved (gpt-oss). ``matmul_ogs``
+wants ``(E, K=in, N=out)`` with gate and up columns interleaved for the fused SwiGLU, and scaled
+formats stored K-contiguous (Hopper reads fp8 and MX weights along K).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import SpecError
+from ..numerics.kernels import quantize_mx
+from ..numerics.mx import dequantize_mx_torch
+from ..runtime.types import FlexCtx, InFlexData, PrecisionConfig
+
+FORMATS = ("bf16", "fp16", "fp32", "fp8e4m3", "fp8e5m2", "mxfp4", "mxfp8e4m3", "mxfp8e5m2")
+_PLAIN = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_FP8 = {"fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
+_MX = {"mxfp4": "e2m1", "mxfp8e4m3": "e4m3", "mxfp8e5m2": "e5m2"}
+
+
+def _interleave(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """[gate; up] along ``dim`` -> gate0, up0, gate1, up1, ..."""
+    dim %= t.ndim
+    gate, up = t.chunk(2, dim=dim)
+    return torch.stack([gate, up], dim=dim + 1).flatten(dim, dim + 1)
+
+
+def _deinterleave(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Inverse of :func:`_interleave`."""
+    dim %= t.ndim
+    pairs = t.unflatten(dim, (-1, 2))
+    return torch.cat([pairs.select(dim + 1, 0), pairs.select(dim + 1, 1)], dim=dim)
+
+
+@dataclass
+class PreparedWeights:
+    """Expert weights ready for ``matmul_ogs``: pass ``w`` and ``bias``, and ``precision_config()``."""
+    w: torch.Tensor                      # (E, K, N); uint8 (E, K // 2, N) for mxfp4
+    bias: torch.Tensor | None            # float32 (E, N), columns ordered as w's
+    format: str
+    weight_scale: torch.Tensor | None = None   # MX: uint8 (E, cdiv(K, 32), N)
+    scale: torch.Tensor | None = None          # fp8: float32 (E,), one per expert
+    gate_up: str | None = None
+    layout: str = "out_in"
+
+    def precision_config(self, **fields) -> PrecisionConfig:
+        """A PrecisionConfig carrying these weights' scales (plus any other fields given)."""
+        if self.scale is not None:
+            flex = fields.pop("flex_ctx", FlexCtx())
+            fields["flex_ctx"] = FlexCtx(flex.lhs_data, InFlexData(scale=self.scale), flex.out_data, flex.acc_data)
+        return PrecisionConfig(weight_scale=self.weight_scale, **fields)
+
+    def dequantize(self, checkpoint_order: bool = False) -> torch.Tensor:
+        """The float32 weights the kernel computes with: (E, K, N), or in the checkpoint's layout and
+        gate/up order when ``checkpoint_order``."""
+        if self.format in _MX:
+            dense = dequantize_mx_torch(self.w.mT, self.weight_scale.mT, _MX[self.format]).mT
+        elif self.scale is not None:
+            dense = self.w.float() * self.scale[:, None, None]
+        else:
+            dense = self.w.float()
+        if checkpoint_order:
+            if self.gate_up == "concatenated":
+                dense = _deinterleave(dense, -1)
+            if self.layout == "out_in":
+                dense = dense.mT
+        return dense
+
+
+def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up: str | None = None,
+                           format: str = "bf16", rounding: str = "up") -> PreparedWeights:
+    """Transpose, interleave gate/up, quantize and lay out expert weights for ``matmul_ogs``.
+
+    weight: a float tensor (E, out, in) for ``layout="out_in"`` or (E, in, out) for ``"in_out"``; or an
+        already MX-quantized checkpoint ``(values, scales)`` in ``"out_in"`` layout, quantized along
+        ``in`` (gpt-oss: uint8 blocks (E, out, in // 2) or (E, out, in // 32, 16), scales (E, out, in // 32)),
+        with ``format="mxfp4"``.
+    bias: None or (E, out).
+    gate_up: None (no SwiGLU), ``"concatenated"`` ([gate; up] along out, interleaved here) or
+        ``"interleaved"`` (already gate, up, gate, up, ...).
+    format: one of FORMATS; fp8 gets one flexpoint scale per expert (absmax / max finite), MX one
+        e8m0 scale per 32 values of K (``rounding`` as in ``ogsgen.numerics.quantize_mx``).
+    """
+    if layout not in ("out_in", "in_out"):
+        raise SpecError(f"layout must be 'out_in' (E, out, in) or 'in_out' (E, in, out), got {layout!r}")
+    if gate_up not in (None, "concatenated", "interleaved"):
+        raise SpecError(f"gate_up must be None, 'concatenated' or 'interleaved', got {gate_up!r}")
+    if format not in FORMATS:
+        raise SpecError(f"format must be one of {FORMATS}, got {format!r}")
+    if isinstance(weight, tuple):
+        return _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format)
+    if not isinstance(weight, torch.Tensor) or weight.ndim != 3 or not weight.dtype.is_floating_point:
+        raise SpecError("weight must be a float tensor (E, out, in) or (E, in, out), or a (values, scales) tuple")
+    w = weight.mT if layout == "out_in" else weight          # (E, K, N)
+    n = w.shape[-1]
+    if bias is not None and tuple(bias.shape) != (w.shape[0], n):
+        raise SpecError(f"bias must have shape (E, out) = {(w.shape[0], n)}, got {tuple(bias.shape)}")
+    if gate_up is not None and n % 2:
+        raise SpecError(f"gate_up needs an even number of output features, got {n}")
+    if gate_up == "concatenated":
+        w = _interleave(w, -1)
+        bias = _interleave(bias, -1) if bias is not None else None
+    bias = bias.float().contiguous() if bias is not None else None
+    if format in _PLAIN:
+        return PreparedWeights(w.to(_PLAIN[format]).contiguous(), bias, format, gate_up=gate_up, layout=layout)
+    k_major = w.mT.float().contiguous()                      # (E, N, K): K contiguous
+    if format in _FP8:
+        largest = torch.finfo(_FP8[format]).max
+        scale = (k_major.abs().amax(dim=(1, 2)) / largest).clamp_min(torch.finfo(torch.float32).tiny)
+        values = (k_major / scale[:, None, None]).to(_FP8[format])
+        return PreparedWeights(values.mT, bias, format, scale=scale, gate_up=gate_up, layout=layout)
+    values, scales = quantize_mx(k_major, _MX[format], axis=-1, rounding=rounding)
+    return PreparedWeights(values.mT, bias, format, weight_scale=scales.mT.contiguous(), gate_up=gate_up,
+                           layout=layout)
+
+
+def _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format) -> PreparedWeights:
+    if format not in _MX or layout != "out_in":
+        raise SpecError("a (values, scales) checkpoint must be MX-quantized along `in` in 'out_in' layout; "
+                        "pass format='mxfp4' (or 'mxfp8e4m3'/'mxfp8e5m2') and layout='out_in'")
+    values, scales = weight
+    if values.ndim == 4:  # gpt-oss stores (E, out, in // 32, 16) blocks
+        values = values.flatten(-2)
+    if scales.ndim != 3 or values.shape[:2] != scales.shape[:2]:
+        raise SpecError(f"scales must be (E, out, in // 32) matching values {tuple(values.shape)}, "
+                        f"got {tuple(scales.shape)}")
+    if gate_up == "concatenated":
+        values, scales = _interleave(values, 1), _interleave(scales, 1)
+        bias = _interleave(bias, -1) if bias is not None else None
+    bias = bias.float().contiguous() if bias is not None else None
+    return PreparedWeights(values.contiguous().mT, bias, format, weight_scale=scales.mT.contiguous(),
+                           gate_up=gate_up, layout=layout)
