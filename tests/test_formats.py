@@ -26,6 +26,8 @@ def format_test_kernels(tmp_path_factory):
                          bias=(False, True)),
         *variant_product([(FP8_E5M2, FP8_E5M2, FP8_E5M2), (FP8_E4M3, FP8_E4M3, BF16)], ragged=(True,),
                          gather=(False, True), scatter=(False, True)),
+        *variant_product([(BF16, BF16, MXFP8_E4M3), (BF16, MXFP4, MXFP8_E5M2)], activations=(None, ogsgen.swiglu)),
+        *variant_product([(BF16, MXFP4, MXFP8_E4M3)], ragged=(True,), scatter=(True,), gammas=(True,)),
     ]
     out = tmp_path_factory.mktemp("format_kernels")
     build(Catalog("format_tests", _expand(variants, "format_tests")), out)
@@ -216,6 +218,68 @@ def test_bitwise_invariance(device):
     with ogsgen.opt_flags_constraints(block_m=64):
         with pytest.raises(ogsgen.InapplicableConstraint, match="enforce_bitwise_invariance fixes block_m=128"):
             matmul_ogs(x, w, None, precision_config=pc)
+
+
+# ---------------------------------------------------------------- MX outputs
+
+def _check_mx_output(ref, values, scales, element):
+    # Upstream's comparison: the kernel's mx output against the reference quantized the same way.
+    expected = dequantize_mx_torch(*quantize_mx_torch(ref, element, axis=-1), element)
+    got = dequantize_mx_torch(values, scales, element)
+    assert_close(expected, got, maxtol=0.4, rmstol=0.04)
+    assert (scales == quantize_mx_torch(ref, element, axis=-1)[1]).float().mean() > 0.95
+
+
+@pytest.mark.parametrize("w_format,element", [("bf16", "e4m3"), ("mxfp4", "e5m2")])
+@pytest.mark.parametrize("swiglu", [False, True])
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_mx_output(w_format, element, swiglu, split_k, device):
+    m, k, n = 40, 64, 128
+    x = torch.randn(m, k, device=device).bfloat16()
+    dense_w = torch.randn(k, n, device=device)
+    if w_format == "mxfp4":
+        values, scales = quantize_mx(dense_w.T.contiguous(), "e2m1", axis=-1)
+        w, pc_fields, w_ref = values.T, {"weight_scale": scales.T}, dequantize_mx_torch(values, scales, "e2m1").T
+    else:
+        w, pc_fields = dense_w.bfloat16(), {}
+        w_ref = w.float()
+    n_out = n // 2 if swiglu else n
+    out_dtype = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[element]
+    out_scale = torch.full((m, n_out // 32), 255, dtype=torch.uint8, device=device)
+    act = ogsgen.FusedActivation(ogsgen.swiglu, (1.1, 7.0)) if swiglu else None
+    pc = PrecisionConfig(out_dtype=out_dtype, out_scale=out_scale, **pc_fields)
+    with ogsgen.opt_flags_constraints(block_m=16, block_k=32, split_k=split_k):
+        y = matmul_ogs(x, w, None, precision_config=pc, fused_activation=act)
+    assert y.dtype == out_dtype and y.shape == (m, n_out)
+    ref = matmul_ogs_torch(x.float(), w_ref, None, fused_activation=act,
+                           precision_config=PrecisionConfig(out_dtype=torch.float32))
+    _check_mx_output(ref, y, out_scale, element)
+
+
+def test_mx_output_after_top_k_scatter(device):
+    tokens, n_expts, k_act, hidden = 24, 4, 2, 64
+    rd, _, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
+    x = torch.randn(tokens * k_act, hidden, device=device).bfloat16()
+    values, scales = quantize_mx(torch.randn(n_expts, 64, hidden, device=device).mT.contiguous(), "e2m1", axis=-1)
+    out_scale = torch.zeros((tokens, 2), dtype=torch.uint8, device=device)
+    pc = PrecisionConfig(weight_scale=scales.mT, out_scale=out_scale)
+    with ogsgen.opt_flags_constraints(block_m=16, block_k=32):
+        y = matmul_ogs(x, values.mT, None, rd, scatter_indx=si, gammas=rd.gate_scal.float(), precision_config=pc)
+    w_ref = dequantize_mx_torch(values, scales, "e2m1").mT
+    ref = matmul_ogs_torch(x, w_ref, None, rd, scatter_indx=si, gammas=rd.gate_scal.float(),
+                           precision_config=PrecisionConfig(out_dtype=torch.float32),
+                           round_y=lambda t: t.bfloat16().float())
+    _check_mx_output(ref, y, out_scale, "e4m3")
+
+
+def test_mx_output_errors(device):
+    x = torch.randn(8, 64, device=device).bfloat16()
+    w = torch.randn(64, 64, device=device).bfloat16()
+    with pytest.raises(ogsgen.SpecError, match=r"out_scale must hold one e8m0 byte per 32 output columns: shape \(8, 2\)"):
+        matmul_ogs(x, w, None, precision_config=PrecisionConfig(out_scale=torch.zeros(8, 3, dtype=torch.uint8)))
+    with pytest.raises(ogsgen.SpecError, match="out_scale makes the output mxfp8: out_dtype must be a float8"):
+        matmul_ogs(x, w, None, precision_config=PrecisionConfig(out_dtype=torch.bfloat16,
+                                                               out_scale=torch.zeros(8, 2, dtype=torch.uint8)))
 
 
 # ---------------------------------------------------------------- bad inputs

@@ -73,7 +73,12 @@ def helpers_used(variant: KernelVariant) -> dict:
     """The ``ogsgen.numerics.jit`` functions a variant's kernel imports, by name."""
     from ..numerics import jit
 
-    return {"dequant_mx_k_tile": jit.dequant_mx_k_tile} if variant.w.scaling == "block_e8m0" else {}
+    helpers = {}
+    if variant.w.scaling == "block_e8m0":
+        helpers["dequant_mx_k_tile"] = jit.dequant_mx_k_tile
+    if variant.y.scaling == "block_e8m0":
+        helpers["scale_mx_rows"] = jit.scale_mx_rows
+    return helpers
 
 
 def expected_provenance(variant: KernelVariant) -> dict:
@@ -84,6 +89,13 @@ def expected_provenance(variant: KernelVariant) -> dict:
         "functions": {kind: spec.source_hash for kind, spec in variant.functions().items()},
         "helpers": {name: function_source_hash(fn) for name, fn in helpers_used(variant).items()},
     }
+
+
+def _mx_constants(element: str) -> dict:
+    from ..numerics.mx import ELEMENT_MAX
+
+    largest, emax, max_mantissa = ELEMENT_MAX[element]
+    return {"emax": emax, "max_mantissa": hex(max_mantissa), "max_value": repr(largest)}
 
 
 @dataclass(frozen=True)
@@ -124,6 +136,8 @@ def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
         y_tl_dtype=_TL_DTYPE[variant.y.element],
         y_max_finite=_MAX_FINITE.get(variant.y.element, ""),
         fp8_dot=variant.x.bits == 8 and variant.w.bits == 8 and variant.w.scaling == "flexpoint",
+        helpers=sorted(helpers_used(variant)),
+        y_mx=_mx_constants(variant.y.element) if variant.y.scaling == "block_e8m0" else {},
     )
     ast.parse(source, filename=f"{name}.py")  # a template bug must fail here, not at import time
     return RenderedKernel(name, variant, source, provenance)

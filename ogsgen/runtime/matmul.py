@@ -73,7 +73,6 @@ def _reject_unsupported(fused_comm, inner_routing_data, pc: PrecisionConfig):
     unsupported = {
         "fused_comm": fused_comm is not None,
         "inner_routing_data": inner_routing_data is not None,
-        "precision_config.out_scale (mxfp8 output)": pc.out_scale is not None,
         "precision_config.flex_ctx.acc_data (a y_acc_in scale)": pc.flex_ctx.acc_data.scale is not None,
     }
     for name, used in unsupported.items():
@@ -119,9 +118,16 @@ def _operand_formats(x, w, pc: PrecisionConfig):
         w_fmt = plain_format_of(w.dtype, "w")
         if w_fmt != x_fmt and x_fmt.scaling == "none":
             raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
-    out_dtype = pc.out_dtype or (x.dtype if x_fmt.scaling == "none" else torch.bfloat16)
-    y_fmt = FP8_DTYPES[out_dtype] if out_dtype in FP8_DTYPES else plain_format_of(out_dtype,
-                                                                                     "precision_config.out_dtype")
+    if pc.out_scale is not None:  # an MX output: fp8 values and e8m0 scales per 32 columns
+        out_dtype = pc.out_dtype or torch.float8_e4m3fn
+        if out_dtype not in MX_FP8_DTYPES:
+            raise SpecError(f"precision_config.out_scale makes the output mxfp8: out_dtype must be a float8 dtype "
+                            f"(or None for e4m3), got {out_dtype}")
+        y_fmt = MX_FP8_DTYPES[out_dtype]
+    else:
+        out_dtype = pc.out_dtype or (x.dtype if x_fmt.scaling == "none" else torch.bfloat16)
+        y_fmt = FP8_DTYPES[out_dtype] if out_dtype in FP8_DTYPES else plain_format_of(out_dtype,
+                                                                                         "precision_config.out_dtype")
     try:
         KernelVariant(x_fmt, w_fmt, y_fmt).check_supported()
     except UnsupportedError as exc:
@@ -279,6 +285,8 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
         args["MAX_NUM_IMPRECISE_ACC"] = call.pc.max_num_imprecise_acc
     if variant.y.scaling == "flexpoint":
         args.update(_flex_output_args(call.pc, ragged))
+    if variant.y.scaling == "block_e8m0":
+        args.update(_mx_output_args(call.pc, ragged))
     if ragged:
         meta = call.routing.expt_data
         n_tiles = row_tiles(call.m, flags.block_m, call.routing.n_expts_tot)
@@ -324,11 +332,19 @@ def _flex_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
     return args
 
 
+def _mx_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
+    scale = pc.out_scale
+    args = dict(YMxScale=scale, stride_ymx_m=scale.stride(-2), stride_ymx_n=scale.stride(-1))
+    if not ragged:
+        args["stride_ymx_b"] = scale.stride(0) if scale.ndim == 3 else 0
+    return args
+
+
 def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, out: torch.Tensor, *, gammas,
                    epilogue_values, scatter_src=None):
     """Sum ``parts`` (S, B, M, N) over S into ``out`` (B, M, N // reduction_n), applying what is left."""
     n_parts, batch, m, n = parts.shape
-    block_m, block_n = 32, max(32, min(128, triton.next_power_of_2(n)))
+    block_m, block_n = 32, max(32 * variant.reduction_n, min(128, triton.next_power_of_2(n)))
     args = dict(Y=out, stride_y_b=out.stride(0), stride_y_m=out.stride(1), stride_y_n=out.stride(2),
                 X=parts, stride_x_s=parts.stride(0), stride_x_b=parts.stride(1), stride_x_m=parts.stride(2),
                 stride_x_n=parts.stride(3), M=m, N=n, S=n_parts, BLOCK_M=block_m, BLOCK_N=block_n,
@@ -339,6 +355,8 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
         args["Gammas"] = gammas
     if variant.y.scaling == "flexpoint":
         args.update(_flex_output_args(call.pc, False))
+    if variant.y.scaling == "block_e8m0":
+        args.update(_mx_output_args(call.pc, False))
     if variant.activation:
         args.update(ACTIVATION_FN=call.act.specs.fn, **_fn_args("activation", call.act.specs, call.act.fn_args))
     if variant.epilogue:
@@ -421,6 +439,12 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         _check_tensor(buffer, name, ndims=(2, 3))
         if tuple(buffer.shape) != out_shape and tuple(buffer.shape) != (1, out_rows, n_out):
             raise SpecError(f"{name} must have shape {out_shape}, got {tuple(buffer.shape)}")
+    if y_fmt.scaling == "block_e8m0":
+        expected = out_shape[:-1] + (triton.cdiv(n_out, MX_BLOCK),)
+        _check_tensor(pc.out_scale, "precision_config.out_scale", dtype=torch.uint8)
+        if tuple(pc.out_scale.shape) != expected:
+            raise SpecError(f"precision_config.out_scale must hold one e8m0 byte per {MX_BLOCK} output columns: "
+                            f"shape {expected}, got {tuple(pc.out_scale.shape)}")
     if y is not None and y.dtype != out_dtype:
         raise SpecError(f"y has dtype {y.dtype} but the output dtype is {out_dtype}; "
                         f"set precision_config.out_dtype={y.dtype} or pass a {out_dtype} y")
@@ -459,7 +483,7 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         if x.is_cuda else None
     flags = make_opt_flags(x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt,
                            scatter_indx is None and y_acc_in is None, n_sms, w_fmt.scaling == "block_e8m0",
-                           pc.enforce_bitwise_invariance, current_constraints())
+                           pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         if scatter_indx is not None and routing_data.n_expts_act > 1:
             matmul_variant, reduce_variant = topk_plan(variant)

@@ -91,7 +91,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
 @lru_cache(maxsize=4096)
 def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_n: int, n_expts: int | None,
                    tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx: bool = False,
-                   bitwise_invariant: bool = False, constraints: tuple = ()) -> OptFlags:
+                   bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = ()) -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
@@ -102,7 +102,12 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
                        n_sms)
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4)
+    if y_mx:  # each output tile holds whole 32-column scale blocks
+        flags = replace(flags, block_n=max(flags.block_n, 32 * reduction_n))
     flags = replace(flags, **dict(constraints))
+    if y_mx and (flags.block_n // reduction_n) % 32:
+        raise InapplicableConstraint(f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a "
+                                     f"multiple of 32")
     if bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1):
         raise InapplicableConstraint("precision_config.enforce_bitwise_invariance fixes block_m=128 and split_k=1; "
                                      "drop the conflicting opt_flags_constraints")

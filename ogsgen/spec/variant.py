@@ -111,13 +111,17 @@ class KernelVariant:
             fmt = getattr(self, fmt_name)
             if fmt.layout != "strided":
                 raise UnsupportedError(f"{name}: {fmt_name} layout {fmt.layout} has no code path yet; use 'strided'")
-        if self.x.scaling == "block_e8m0" or self.y.scaling == "block_e8m0":
-            raise UnsupportedError(f"{name}: mx activations and mx outputs have no code path on this hardware "
-                                   f"generation; use bf16/fp16/fp8 x and y")
+        if self.x.scaling == "block_e8m0":
+            raise UnsupportedError(f"{name}: mx activations have no code path on this hardware generation; "
+                                   f"use bf16/fp16/fp8 x")
         if self.family == "reduce":
             if self.x.scaling != "none":
                 raise UnsupportedError(f"{name}: a reduce kernel reads plain partials")
+            if self.y.scaling == "block_e8m0" and self.y.element == "e2m1":
+                raise UnsupportedError(f"{name}: MX outputs are mxfp8 (e4m3 or e5m2), not mxfp4")
             return
+        if self.y.scaling == "block_e8m0" and self.y.element == "e2m1":
+            raise UnsupportedError(f"{name}: MX outputs are mxfp8 (e4m3 or e5m2), not mxfp4")
         x_plain = self.x.scaling == "none"
         if self.w.scaling == "block_e8m0" and not (x_plain and self.x.bits == 16):
             raise UnsupportedError(f"{name}: MX weights need bf16 or fp16 x (dequantized in the kernel)")
