@@ -160,3 +160,10 @@ def test_bitwise_invariance_realistic():
     full = ogsgen.matmul_ogs(x, w, None, precision_config=pc)
     for rows in (slice(0, 1), slice(1000, 1007), slice(4000, 4096)):
         assert torch.equal(ogsgen.matmul_ogs(x[rows], w, None, precision_config=pc), full[rows])
+
+
+def test_fp8_rejected_on_gpus_without_fp8(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    x = torch.randn(8, 32, device="cuda").to(torch.float8_e4m3fn)
+    with pytest.raises(ogsgen.SpecError, match="fp8 tensors need a GPU of compute capability 8.9"):
+        ogsgen.matmul_ogs(x, x.mT.contiguous().mT.mT, None)

@@ -128,11 +128,21 @@ def _operand_formats(x, w, pc: PrecisionConfig):
         out_dtype = pc.out_dtype or (x.dtype if x_fmt.scaling == "none" else torch.bfloat16)
         y_fmt = FP8_DTYPES[out_dtype] if out_dtype in FP8_DTYPES else plain_format_of(out_dtype,
                                                                                          "precision_config.out_dtype")
+    if x.is_cuda and any(f.bits == 8 and f.scaling != "block_e8m0" or f == MXFP8_E4M3 or f == MXFP8_E5M2
+                         for f in (x_fmt, w_fmt, y_fmt)):
+        _check_fp8_hardware(x.device)
     try:
         KernelVariant(x_fmt, w_fmt, y_fmt).check_supported()
     except UnsupportedError as exc:
         raise SpecError(f"x {x.dtype} with w {w.dtype} ({w_fmt.name}) and output {out_dtype}: {exc}") from None
     return x_fmt, w_fmt, y_fmt, k
+
+
+def _check_fp8_hardware(device) -> None:
+    capability = torch.cuda.get_device_capability(device)
+    if capability < (8, 9):
+        raise SpecError(f"fp8 tensors need a GPU of compute capability 8.9 or newer (Ada, Hopper); {device} is "
+                        f"{capability[0]}.{capability[1]}: use bf16/fp16, or mxfp4 weights (dequantized in the kernel)")
 
 
 def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n):
