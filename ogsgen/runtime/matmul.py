@@ -128,8 +128,7 @@ def _operand_formats(x, w, pc: PrecisionConfig):
         out_dtype = pc.out_dtype or (x.dtype if x_fmt.scaling == "none" else torch.bfloat16)
         y_fmt = FP8_DTYPES[out_dtype] if out_dtype in FP8_DTYPES else plain_format_of(out_dtype,
                                                                                          "precision_config.out_dtype")
-    if x.is_cuda and any(f.bits == 8 and f.scaling != "block_e8m0" or f == MXFP8_E4M3 or f == MXFP8_E5M2
-                         for f in (x_fmt, w_fmt, y_fmt)):
+    if x.is_cuda and any(f.bits == 8 for f in (x_fmt, w_fmt, y_fmt)):
         _check_fp8_hardware(x.device)
     try:
         KernelVariant(x_fmt, w_fmt, y_fmt).check_supported()
