@@ -1,0 +1,192 @@
+"""Benchmark ogsgen's matmul_ogs against its peers on one GPU, in one run.
+
+    PYTHONPATH=.:third_party python bench/bench_moe.py --out bench/results/DATE   # third_party: triton_kernels
+
+Shapes: gpt-oss-120b (E=128, top-4, K=2880; w1 N=5760 with gather, w2 N=2880 with scatter), DeepSeek-V3
+w1 (E=256, top-8, K=7168, N=4096), T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880. Weights bf16
+and mxfp4 (ogsgen's strided layout). Peers, measured in the same process: triton_kernels' matmul_ogs (when
+importable; bf16), torch._grouped_mm (bf16, rows pre-sorted) and torch.matmul (dense).
+
+Timing: triton.testing.do_bench (eager) and do_bench_cudagraph (graph), medians. Byte accounting as in
+h200_peer_baseline.md: x bytes + bytes of the weights of experts with at least one row + y bytes; TFLOP/s =
+2 * rows * K * N / time. Writes results.csv, a PNG plot and a printed table; the environment goes to env.json.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+from triton.testing import do_bench, do_bench_cudagraph
+
+import ogsgen
+from ogsgen.numerics import quantize_mx
+
+MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
+    "gpt-oss w1": (128, 4, 2880, 5760, "gather"),
+    "gpt-oss w2": (128, 4, 2880, 2880, "scatter"),
+    "DeepSeek-V3 w1": (256, 8, 7168, 4096, "gather"),
+}
+DENSE_SHAPES = [(8192, 8192, 8192), (4096, 5760, 2880), (64, 5760, 2880)]
+
+
+def median_times(fn):
+    """(eager ms, graph ms): medians over repeated runs."""
+    eager = do_bench(fn, warmup=25, rep=100, return_mode="median")
+    graph = do_bench_cudagraph(fn, rep=100, return_mode="median")
+    return eager, graph
+
+
+def triton_kernels_or_none():
+    try:
+        import triton_kernels.matmul_ogs as tk_matmul
+        import triton_kernels.routing as tk_routing
+        return tk_matmul, tk_routing
+    except Exception as exc:  # not on PYTHONPATH, or an incompatible copy
+        print(f"triton_kernels not importable ({type(exc).__name__}: {exc}); peers: torch only", file=sys.stderr)
+        return None
+
+
+def moe_cases(name, tokens, weight_format, tk):
+    n_expts, top_k, k, n, mode = MOE_SHAPES[name]
+    device = "cuda"
+    logits = torch.randn(tokens, n_expts, device=device)
+    rd, gi, si = ogsgen.routing(logits, top_k)
+    rows = tokens * top_k
+    x = torch.randn((tokens if mode == "gather" else rows), k, device=device).bfloat16()
+    dense_w = torch.randn(n_expts, k, n, device=device).bfloat16()
+    active = int((rd.expt_hist > 0).sum())
+    kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si)
+    if weight_format == "mxfp4":
+        values, scales = quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
+        w, pc = values.mT, ogsgen.PrecisionConfig(weight_scale=scales.mT)
+        w_bytes = active * k * n // 2
+    else:
+        w, pc = dense_w, ogsgen.PrecisionConfig()
+        w_bytes = active * k * n * 2
+    y_rows = rows if mode == "gather" else tokens
+    bytes_moved = x.numel() * 2 + w_bytes + y_rows * n * 2
+    flops = 2 * rows * k * n
+    yield "ogsgen", lambda: ogsgen.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
+    if weight_format == "bf16":
+        if tk is not None:
+            tk_matmul, tk_routing = tk
+            t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
+            t_kwargs = dict(gather_indx=t_gi) if mode == "gather" else dict(scatter_indx=t_si)
+            yield "triton_kernels", (lambda: tk_matmul.matmul_ogs(x, dense_w, None, t_rd, **t_kwargs)), flops, \
+                bytes_moved
+        if hasattr(torch, "_grouped_mm"):
+            x_sorted = (x[gi.src_indx.long() // top_k] if mode == "gather" else x).contiguous()
+            offs = torch.cumsum(rd.expt_hist, 0).to(torch.int32)
+            w_grouped = dense_w.mT.contiguous().mT
+            yield "torch._grouped_mm", (lambda: torch._grouped_mm(x_sorted, w_grouped, offs=offs)), flops, \
+                bytes_moved
+
+
+def dense_cases(m, n, k, tk):
+    x = torch.randn(m, k, device="cuda").bfloat16()
+    w = torch.randn(k, n, device="cuda").bfloat16()
+    flops, bytes_moved = 2 * m * n * k, (m * k + k * n + m * n) * 2
+    yield "ogsgen", (lambda: ogsgen.matmul_ogs(x, w, None)), flops, bytes_moved
+    if tk is not None:
+        yield "triton_kernels", (lambda: tk[0].matmul_ogs(x, w, None)), flops, bytes_moved
+    yield "torch.matmul", (lambda: torch.matmul(x, w)), flops, bytes_moved
+
+
+def host_overhead_us(fn, calls=200):
+    """Wall time per eager call on the host, the queue kept short by a sync every 20 calls."""
+    fn()
+    torch.cuda.synchronize()
+    total = 0.0
+    for _ in range(calls // 20):
+        start = time.perf_counter()
+        for _ in range(20):
+            fn()
+        total += time.perf_counter() - start
+        torch.cuda.synchronize()
+    return total / calls * 1e6
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 32, 256, 2048, 8192])
+    parser.add_argument("--shapes", nargs="+", default=list(MOE_SHAPES))
+    parser.add_argument("--formats", nargs="+", default=["bf16", "mxfp4"])
+    parser.add_argument("--no-dense", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tk = triton_kernels_or_none()
+    env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+           "torch": torch.__version__, "triton": triton.__version__, "ogsgen": ogsgen.__version__,
+           "python": platform.python_version(), "triton_kernels": tk is not None,
+           "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
+    (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+    rows = []
+
+    def record(case, impl, fn, flops, bytes_moved):
+        try:
+            fn()
+            eager, graph = median_times(fn)
+            row = dict(case=case, impl=impl, eager_us=eager * 1e3, graph_us=graph * 1e3,
+                       tflops=flops / (graph * 1e-3) / 1e12, tbps=bytes_moved / (graph * 1e-3) / 1e12, error="")
+        except Exception as exc:
+            row = dict(case=case, impl=impl, eager_us="", graph_us="", tflops="", tbps="",
+                       error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+        rows.append(row)
+        print(f"{case:42s} {impl:18s} " + (f"graph {row['graph_us']:9.1f} us  eager {row['eager_us']:9.1f} us  "
+                                           f"{row['tflops']:6.1f} TF/s {row['tbps']:5.2f} TB/s"
+                                           if not row["error"] else row["error"]), flush=True)
+
+    for name in args.shapes:
+        for weight_format in args.formats:
+            for tokens in args.tokens:
+                for impl, fn, flops, bytes_moved in moe_cases(name, tokens, weight_format, tk):
+                    record(f"{name} {weight_format} T={tokens}", impl, fn, flops, bytes_moved)
+    if not args.no_dense:
+        for m, n, k in DENSE_SHAPES:
+            for impl, fn, flops, bytes_moved in dense_cases(m, n, k, tk):
+                record(f"dense bf16 {m}x{n}x{k}", impl, fn, flops, bytes_moved)
+    # Host overhead of one eager call of a cached variant (gpt-oss w1, T=1, gather, bf16).
+    for impl, fn, _, _ in moe_cases("gpt-oss w1", 1, "bf16", tk):
+        rows.append(dict(case="host overhead T=1 gather", impl=impl, eager_us=host_overhead_us(fn), graph_us="",
+                         tflops="", tbps="", error=""))
+        print(f"host overhead per eager call      {impl:18s} {rows[-1]['eager_us']:.1f} us")
+
+    with open(args.out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    plot(rows, args.out / "results.png")
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cases = [r["case"] for r in rows if r["graph_us"] != "" and r["impl"] == "ogsgen"]
+    impls = sorted({r["impl"] for r in rows if r["graph_us"] != ""})
+    fig, ax = plt.subplots(figsize=(12, max(4, 0.3 * len(cases))))
+    height = 0.8 / max(1, len(impls))
+    for i, impl in enumerate(impls):
+        times = {r["case"]: r["graph_us"] for r in rows if r["impl"] == impl and r["graph_us"] != ""}
+        ax.barh([j + i * height for j in range(len(cases))], [times.get(c, 0) for c in cases], height=height,
+                label=impl)
+    ax.set_yticks([j + 0.4 for j in range(len(cases))], cases, fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("CUDA-graph median time (us), lower is better")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
