@@ -64,7 +64,8 @@ def moe_cases(name, tokens, weight_format, tk):
     x = torch.randn((tokens if mode == "gather" else rows), k, device=device).bfloat16()
     dense_w = torch.randn(n_expts, k, n, device=device).bfloat16()
     active = int((rd.expt_hist > 0).sum())
-    kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si)
+    # The second matmul of a layer weights each row by its gate (gammas) as it scatters.
+    kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si, gammas=rd.gate_scal.float())
     if weight_format == "mxfp4":
         values, scales = quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
         w, pc = values.mT, ogsgen.PrecisionConfig(weight_scale=scales.mT)
@@ -80,7 +81,8 @@ def moe_cases(name, tokens, weight_format, tk):
         if tk is not None:
             tk_matmul, tk_routing = tk
             t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
-            t_kwargs = dict(gather_indx=t_gi) if mode == "gather" else dict(scatter_indx=t_si)
+            t_kwargs = (dict(gather_indx=t_gi) if mode == "gather"
+                        else dict(scatter_indx=t_si, gammas=t_rd.gate_scal.float()))
             yield "triton_kernels", (lambda: tk_matmul.matmul_ogs(x, dense_w, None, t_rd, **t_kwargs)), flops, \
                 bytes_moved
         if hasattr(torch, "_grouped_mm"):
