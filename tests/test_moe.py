@@ -1,5 +1,4 @@
 """Mixture of experts: routing metadata, ragged matmul with gather/scatter, top-k combine, split K."""
-import os
 
 import pytest
 import torch

@@ -2,7 +2,6 @@
 import os
 import site
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
