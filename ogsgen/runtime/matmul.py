@@ -130,11 +130,20 @@ def _operand_formats(x, w, pc: PrecisionConfig):
                                                                                          "precision_config.out_dtype")
     if x.is_cuda and any(f.bits == 8 for f in (x_fmt, w_fmt, y_fmt)):
         _check_fp8_hardware(x.device)
+    problem = _unsupported_formats(x_fmt, w_fmt, y_fmt)
+    if problem:
+        raise SpecError(f"x {x.dtype} with w {w.dtype} ({w_fmt.name}) and output {out_dtype}: {problem}")
+    return x_fmt, w_fmt, y_fmt, k
+
+
+@lru_cache(maxsize=None)
+def _unsupported_formats(x_fmt, w_fmt, y_fmt) -> str:
+    """Why no kernel path takes these formats ('' when one does); cached, it runs on every call."""
     try:
         KernelVariant(x_fmt, w_fmt, y_fmt).check_supported()
     except UnsupportedError as exc:
-        raise SpecError(f"x {x.dtype} with w {w.dtype} ({w_fmt.name}) and output {out_dtype}: {exc}") from None
-    return x_fmt, w_fmt, y_fmt, k
+        return str(exc)
+    return ""
 
 
 def _check_fp8_hardware(device) -> None:
