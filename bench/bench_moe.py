@@ -2,10 +2,11 @@
 
     PYTHONPATH=.:third_party python bench/bench_moe.py --out bench/results/DATE   # third_party: triton_kernels
 
-Shapes: gpt-oss-120b (E=128, top-4, K=2880; w1 N=5760 with gather, w2 N=2880 with scatter), DeepSeek-V3
-w1 (E=256, top-8, K=7168, N=4096), T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880. Weights bf16
-and mxfp4 (ogsgen's strided layout). Peers, measured in the same process: triton_kernels' matmul_ogs (when
-importable; bf16), torch._grouped_mm (bf16, rows pre-sorted) and torch.matmul (dense).
+Shapes: gpt-oss-120b (E=128, top-4, K=2880; w1 N=5760 with gather, w2 N=2880 with scatter and gammas),
+DeepSeek-V3 w1 (E=256, top-8, K=7168, N=4096), T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880.
+Weights bf16 and mxfp4 (ogsgen's strided layout; triton_kernels' Hopper swizzled layouts). Peers, measured in
+the same process: triton_kernels' matmul_ogs (when importable), torch._grouped_mm (bf16, rows pre-sorted) and
+torch.matmul (dense).
 
 Timing: triton.testing.do_bench (eager) and do_bench_cudagraph (graph), medians. Byte accounting as in
 h200_peer_baseline.md: x bytes + bytes of the weights of experts with at least one row + y bytes; TFLOP/s =
@@ -55,6 +56,21 @@ def triton_kernels_or_none():
         return None
 
 
+def triton_kernels_mxfp4(dense_w):
+    """triton_kernels' own mxfp4 weights for Hopper (its swizzled value and scale layouts), as vLLM prepares them."""
+    from triton_kernels.matmul_ogs import PrecisionConfig
+    from triton_kernels.numerics_details.mxfp import downcast_to_mxfp
+    from triton_kernels.tensor import FP4, convert_layout, wrap_torch_tensor
+    from triton_kernels.tensor_details import layout
+
+    values, scales = downcast_to_mxfp(dense_w, torch.uint8, axis=1)
+    value_layout, value_opts = layout.make_default_matmul_mxfp4_w_layout(mx_axis=1)
+    scale_layout, scale_opts = layout.make_default_matmul_mxfp4_w_scale_layout(mx_axis=1, num_warps=8)
+    w = convert_layout(wrap_torch_tensor(values, dtype=FP4), value_layout, **value_opts)
+    w_scale = convert_layout(wrap_torch_tensor(scales), scale_layout, **scale_opts)
+    return w, PrecisionConfig(weight_scale=w_scale)
+
+
 def moe_cases(name, tokens, weight_format, tk):
     n_expts, top_k, k, n, mode = MOE_SHAPES[name]
     device = "cuda"
@@ -77,14 +93,26 @@ def moe_cases(name, tokens, weight_format, tk):
     bytes_moved = x.numel() * 2 + w_bytes + y_rows * n * 2
     flops = 2 * rows * k * n
     yield "ogsgen", lambda: ogsgen.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
+    if tk is not None:
+        tk_matmul, tk_routing = tk
+        t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
+        t_kwargs = (dict(gather_indx=t_gi) if mode == "gather"
+                    else dict(scatter_indx=t_si, gammas=t_rd.gate_scal.float()))
+        if weight_format == "mxfp4":
+            try:
+                t_w, t_pc = triton_kernels_mxfp4(dense_w)
+                t_kwargs["precision_config"] = t_pc
+            except Exception as exc:  # recorded as this peer's error row
+                t_w, t_kwargs = exc, {}
+        else:
+            t_w = dense_w
+
+        def run_triton_kernels():
+            if isinstance(t_w, Exception):
+                raise t_w
+            return tk_matmul.matmul_ogs(x, t_w, None, t_rd, **t_kwargs)
+        yield "triton_kernels", run_triton_kernels, flops, bytes_moved
     if weight_format == "bf16":
-        if tk is not None:
-            tk_matmul, tk_routing = tk
-            t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
-            t_kwargs = (dict(gather_indx=t_gi) if mode == "gather"
-                        else dict(scatter_indx=t_si, gammas=t_rd.gate_scal.float()))
-            yield "triton_kernels", (lambda: tk_matmul.matmul_ogs(x, dense_w, None, t_rd, **t_kwargs)), flops, \
-                bytes_moved
         if hasattr(torch, "_grouped_mm"):
             x_sorted = (x[gi.src_indx.long() // top_k] if mode == "gather" else x).contiguous()
             offs = torch.cumsum(rd.expt_hist, 0).to(torch.int32)
