@@ -418,7 +418,7 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     elif not ragged:
         if gather_indx is not None or scatter_indx is not None:
             raise SpecError("gather_indx and scatter_indx index expert-sorted rows: pass routing_data with a "
-                            "histogram (ogsgen.routing.routing(...) builds all three)")
+                            "histogram (ogsgen.routing(logits, k) builds all three)")
         if w.ndim == 3 and w.shape[0] != 1:
             raise SpecError(f"w of shape {tuple(w.shape)} holds {w.shape[0]} experts but there is no routing_data; "
                             f"pass a 2-D w (K, N), a 3-D x for a batched matmul, or routing_data")

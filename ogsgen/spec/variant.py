@@ -18,6 +18,7 @@ them, and catalogs include them automatically (:func:`companions`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ..errors import SpecError, UnsupportedError
 from .formats import BF16, FP32, NumericFormat
@@ -156,6 +157,7 @@ def canonical_name(variant: KernelVariant) -> str:
     return "_".join(parts)
 
 
+@lru_cache(maxsize=None)
 def split_k_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
     """(partials matmul, reduce) computing ``variant`` with K split: fp32 partials of the linear part
     (dot, bias, betas, out_alpha), then the sum, activation, gammas and epilogue."""
@@ -165,6 +167,7 @@ def split_k_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
     return partials, reduce
 
 
+@lru_cache(maxsize=None)
 def topk_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
     """(matmul, reduce) computing a scatter with k > 1 experts per token: the matmul writes each gate's
     row to a scratch buffer in the output dtype (bf16 for an fp8 output), the reduce sums each
