@@ -75,7 +75,7 @@ def helpers_used(variant: KernelVariant) -> dict:
 
     helpers = {}
     if variant.w.scaling == "block_e8m0":
-        helpers["dequant_mx_k_tile"] = jit.dequant_mx_k_tile
+        helpers["upcast_mx_rows"] = jit.upcast_mx_rows
     if variant.y.scaling == "block_e8m0":
         helpers["scale_mx_rows"] = jit.scale_mx_rows
     return helpers

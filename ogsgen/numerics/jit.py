@@ -43,33 +43,36 @@ def encode_e2m1(values):
 
 
 @triton.jit
-def decode_e2m1(codes):
-    """e2m1 codes -> float32: exponent field 0 is 0 or 0.5, else 2**(e-1) * (1 + m/2)."""
-    codes = codes.to(tl.int32)
-    exponent = (codes >> 1) & 3
-    mantissa = codes & 1
-    normal = ((exponent + 126) << 23 | mantissa << 22).to(tl.float32, bitcast=True)
-    magnitude = tl.where(exponent == 0, mantissa.to(tl.float32) * 0.5, normal)
-    return tl.where((codes & 8) != 0, -magnitude, magnitude)
+def e2m1_times_2_14(codes):
+    """e2m1 codes (int32, sign in bit 3) -> their values times 2**-14, in float32, exactly.
+
+    The code's two exponent bits and mantissa bit become an fp16's lowest exponent bits and top mantissa
+    bit (0.5 becomes a subnormal); the hardware fp16 -> fp32 conversion is exact. A few integer ops per
+    value instead of an fp32 decode with selects.
+    """
+    half_bits = ((codes & 7) << 9) | ((codes & 8) << 12)
+    return half_bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
 
 
 @triton.jit
-def dequant_mx_k_tile(values, scales, ELEMENT: tl.constexpr, BLOCK_K: tl.constexpr):
-    """A (BLOCK_K, BLOCK_N) float32 tile of MX weights quantized along K.
+def upcast_mx_rows(values, scales, ELEMENT: tl.constexpr, OUT_DTYPE: tl.constexpr):
+    """A (R, S) tile of MX rows quantized along their last axis, as OUT_DTYPE.
 
-    values: (BLOCK_K // 2, BLOCK_N) packed e2m1 bytes, or (BLOCK_K, BLOCK_N) fp8;
-    scales: (BLOCK_K // 32, BLOCK_N) e8m0 bytes.
+    values: (R, S // 2) packed e2m1 bytes (element 2i in the low nibble of byte i), or (R, S) fp8;
+    scales: (R, S // 32) e8m0 bytes. Each value is multiplied by its block's power of two in float32
+    (one rounding, as ``dequantize_mx_torch``), then converted.
     """
+    ROWS: tl.constexpr = scales.shape[0]
+    BLOCKS: tl.constexpr = scales.shape[1]
+    factors = pow2_of_scale(scales)[:, :, None]
     if ELEMENT == "e2m1":
-        # Byte i holds K rows 2i (low nibble) and 2i + 1 (high nibble).
-        low = decode_e2m1(values & 0xF)
-        high = decode_e2m1(values >> 4)
-        w = tl.reshape(tl.permute(tl.join(low, high), (0, 2, 1)), (BLOCK_K, values.shape[1]))
+        codes = tl.reshape(values.to(tl.int32), (ROWS, BLOCKS, 16))
+        low = e2m1_times_2_14(codes & 15) * 16384.0 * factors
+        high = e2m1_times_2_14(codes >> 4) * 16384.0 * factors
+        w = tl.join(low.to(OUT_DTYPE), high.to(OUT_DTYPE))                # (ROWS, BLOCKS, 16, 2)
     else:
-        w = values.to(tl.float32)
-    factors = pow2_of_scale(scales)
-    w = tl.reshape(w, (BLOCK_K // 32, 32, values.shape[1])) * factors[:, None, :]
-    return tl.reshape(w, (BLOCK_K, values.shape[1]))
+        w = (tl.reshape(values.to(tl.float32), (ROWS, BLOCKS, 32)) * factors).to(OUT_DTYPE)
+    return tl.reshape(w, (ROWS, BLOCKS * 32))
 
 
 @triton.jit

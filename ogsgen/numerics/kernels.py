@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from ..errors import SpecError
-from .jit import dequant_mx_k_tile, pack_e2m1_rows, scale_mx_rows
+from .jit import pack_e2m1_rows, scale_mx_rows, upcast_mx_rows
 from .mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK, _check
 
 _TL_FP8 = {"e4m3": tl.float8e4nv, "e5m2": tl.float8e5}
@@ -37,24 +37,24 @@ def _quantize_rows(X, Values, Scales, n_rows, size, stride_x, stride_v, stride_s
 @triton.jit
 def _dequantize_rows(Values, Scales, Out, n_rows, size, stride_v, stride_s, stride_o,
                      ELEMENT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr):
-    # Uses the matmul's dequantization helper on the transposed tile (it dequantizes along tile rows).
+    # The matmul's upcast helper, so that this reference path and the kernels dequantize alike.
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     mask_r = rows < n_rows
     if ELEMENT == "e2m1":
-        byte_cols = tl.program_id(1) * (BLOCK_S // 2) + tl.arange(0, BLOCK_S // 2)
-        values = tl.load(Values + byte_cols[:, None] + rows.to(tl.int64)[None, :] * stride_v,
-                         mask=(byte_cols[:, None] < size // 2) & mask_r[None, :], other=0)
+        value_cols = tl.program_id(1) * (BLOCK_S // 2) + tl.arange(0, BLOCK_S // 2)
+        values = tl.load(Values + rows.to(tl.int64)[:, None] * stride_v + value_cols[None, :],
+                         mask=mask_r[:, None] & (value_cols[None, :] < size // 2), other=0)
     else:
         value_cols = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
-        values = tl.load(Values + value_cols[:, None] + rows.to(tl.int64)[None, :] * stride_v,
-                         mask=(value_cols[:, None] < size) & mask_r[None, :], other=0.0)
+        values = tl.load(Values + rows.to(tl.int64)[:, None] * stride_v + value_cols[None, :],
+                         mask=mask_r[:, None] & (value_cols[None, :] < size), other=0.0)
     scale_cols = tl.program_id(1) * (BLOCK_S // 32) + tl.arange(0, BLOCK_S // 32)
-    scales = tl.load(Scales + scale_cols[:, None] + rows[None, :] * stride_s,
-                     mask=(scale_cols[:, None] < tl.cdiv(size, 32)) & mask_r[None, :], other=0)
-    out = dequant_mx_k_tile(values, scales, ELEMENT, BLOCK_S)
+    scales = tl.load(Scales + rows[:, None] * stride_s + scale_cols[None, :],
+                     mask=mask_r[:, None] & (scale_cols[None, :] < tl.cdiv(size, 32)), other=0)
+    out = upcast_mx_rows(values, scales, ELEMENT, Out.dtype.element_ty)
     cols = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
-    tl.store(Out + cols[:, None] + rows.to(tl.int64)[None, :] * stride_o, out.to(Out.dtype.element_ty),
-             mask=(cols[:, None] < size) & mask_r[None, :])
+    tl.store(Out + rows.to(tl.int64)[:, None] * stride_o + cols[None, :], out,
+             mask=mask_r[:, None] & (cols[None, :] < size))
 
 
 _BLOCK_R, _BLOCK_S = 16, 128

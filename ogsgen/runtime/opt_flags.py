@@ -69,7 +69,7 @@ def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
     return triton.cdiv(m - n_expts + 1, block_m) + n_expts - 1
 
 
-def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms) -> OptFlags:
+def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
@@ -78,6 +78,12 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
     stage_bytes = (block_m + block_n) * block_k * itemsize
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
+    if itemsize == 2 and not w_mx and block_m >= 64 and n > 128 and k >= 256:
+        # Wide N tiles for 16-bit operands with enough rows: measured on the H200 (bench/probes/tile_sweep.py,
+        # bench/NOTES.md), 128x256x32 with 5 stages is 15-30% faster than 128x128x64 from T=2048 up, and
+        # 64x256x64 with 4 stages beats 64x128 when experts get about 64 rows.
+        block_n = 256
+        block_k, num_warps, num_stages = (32, 8, 5) if block_m == 128 else (64, 4, 4)
     split_k = 1
     tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n)
     k_tiles = triton.cdiv(k, block_k)
@@ -99,7 +105,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     on the rows around it.
     """
     flags = _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
-                       n_sms)
+                       n_sms, w_mx)
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4)
     if y_mx:  # each output tile holds whole 32-column scale blocks

@@ -1,0 +1,78 @@
+"""Probe: which launch parameters the bf16 matmul_ogs kernel wants on this GPU, per shape.
+
+    PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT
+
+Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
+tile and writes OUT/tile_sweep.csv (CUDA-graph medians). The heuristic in ogsgen/runtime/opt_flags.py is tuned
+from these numbers; bench/NOTES.md records them.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench_moe  # noqa: E402  (the benchmark's case builders)
+
+import ogsgen  # noqa: E402
+
+TILES = [  # block_m, block_n, block_k, num_warps, num_stages
+    (128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (128, 256, 64, 8, 4),
+    (256, 128, 64, 8, 3), (128, 128, 128, 8, 3), (128, 256, 32, 8, 5), (128, 128, 64, 4, 4), (64, 256, 64, 4, 4),
+]
+CASES = [("gpt-oss w1", 8192), ("gpt-oss w2", 8192), ("gpt-oss w1", 2048), ("DeepSeek-V3 w1", 8192),
+         ("dense", (8192, 8192, 8192)), ("dense", (4096, 5760, 2880))]
+
+
+def case_fn(name, size):
+    if name == "dense":
+        cases = bench_moe.dense_cases(*size, None)
+    else:
+        cases = bench_moe.moe_cases(name, size, "bf16", None)
+    impl, fn, flops, _ = next(cases)
+    assert impl == "ogsgen"
+    return fn, flops
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, size in CASES:
+        fn, flops = case_fn(name, size)
+        for tile in [None, *TILES]:
+            row = dict(case=f"{name} {size}", tile="heuristic" if tile is None else "x".join(map(str, tile)))
+            try:
+                if tile is None:
+                    run = fn
+                else:
+                    constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile))
+                    if name != "dense" and tile[0] > 128:
+                        raise ValueError("ragged rows take block_m <= 128")
+
+                    def run(constraints=constraints):
+                        with ogsgen.opt_flags_constraints(**constraints):
+                            return fn()
+                run()
+                ms = do_bench_cudagraph(run, rep=100, return_mode="median")
+                row.update(us=round(ms * 1e3, 1), tflops=round(flops / ms / 1e9, 1))
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+            rows.append(row)
+            print(row, flush=True)
+            torch.cuda.empty_cache()
+    with open(args.out / "tile_sweep.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
