@@ -78,10 +78,13 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
     stage_bytes = (block_m + block_n) * block_k * itemsize
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
-    if itemsize == 2 and not w_mx and block_m >= 64 and n > 128 and k >= 256:
-        # Wide N tiles for 16-bit operands with enough rows: measured on the H200 (bench/probes/tile_sweep.py,
-        # bench/NOTES.md), 128x256x32 with 5 stages is 15-30% faster than 128x128x64 from T=2048 up, and
-        # 64x256x64 with 4 stages beats 64x128 when experts get about 64 rows.
+    wide_tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, 256)
+    fills_gpu = n_sms is None or wide_tiles >= n_sms
+    if itemsize == 2 and not w_mx and block_m >= 64 and n > 128 and k >= 256 and fills_gpu:
+        # Wide N tiles for 16-bit operands with enough rows, when they still fill the GPU: measured on the H200
+        # (bench/probes/tile_sweep.py, bench/NOTES.md), 128x256x32 with 5 stages is 15-30% faster than 128x128x64
+        # from T=2048 up, and 64x256x64 with 4 stages beats 64x128 when experts get about 64 rows; a 64-row
+        # dense matmul is 30% slower with them (23 tiles for 132 SMs).
         block_n = 256
         block_k, num_warps, num_stages = (32, 8, 5) if block_m == 128 else (64, 4, 4)
     split_k = 1
