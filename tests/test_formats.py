@@ -7,6 +7,7 @@ from ogsgen import FlexCtx, InFlexData, OutFlexData, PrecisionConfig, matmul_ogs
 from ogsgen.codegen import build
 from ogsgen.numerics import (actual_scale_torch, dequantize_mx, dequantize_mx_torch, max_finite, quantize_mx,
                              quantize_mx_torch)
+from ogsgen.numerics.mx import FP8_DTYPES
 from ogsgen.spec import (BF16, FP8_E4M3, FP8_E5M2, FP16, MXFP4, MXFP8_E4M3, MXFP8_E5M2, Catalog, variant_product)
 from ogsgen.spec.catalog import _expand
 from ogsgen.testing import assert_close
@@ -62,7 +63,7 @@ def test_dequantize_mx_every_code_and_scale_bit_for_bit(element, device):
         values = torch.arange(256, dtype=torch.int32, device=device).to(torch.uint8)[None, :].expand(255, 256)
     else:
         codes = torch.arange(256, dtype=torch.int32, device=device).to(torch.uint8)
-        values = codes.view({"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[element])[None, :].expand(255, 256)
+        values = codes.view(FP8_DTYPES[element])[None, :].expand(255, 256)
     values = values.contiguous()
     scales = scale_codes[:, None].expand(255, values.shape[1] * (2 if element == "e2m1" else 1) // 32).contiguous()
     got, want = dequantize_mx(values, scales, element), dequantize_mx_torch(values, scales, element)

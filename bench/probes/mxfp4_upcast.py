@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ogsgen.numerics.jit import pow2_of_scale
+from ogsgen.numerics.jit import e2m1_times_2_14, pow2_of_scale
 
 
 @triton.jit
@@ -48,9 +48,7 @@ def _upcast(nibbles, factors, DECODE: tl.constexpr):
     """e2m1 nibbles (int32) times their block's scale factor, as bf16."""
     if DECODE == 0:
         return (_decode_e2m1_fp32(nibbles) * factors).to(tl.bfloat16)
-    half_bits = ((nibbles & 7) << 9) | ((nibbles & 8) << 12)
-    value = half_bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    return (value * (factors * 16384.0)).to(tl.bfloat16)
+    return (e2m1_times_2_14(nibbles) * (factors * 16384.0)).to(tl.bfloat16)
 
 
 @triton.jit
