@@ -17,7 +17,7 @@ PROVENANCE = {
         'activation': 'cc33312a2296e6f35974495d32d466675f6dc3f2f7312c02f697488b7dd5817c',
     },
     'helpers': {
-        'upcast_mx_rows': '5535db66d1b00823f97e51906050b4e83e5f73b243d838117d92d0aa85e5ce0f',
+        'upcast_mx_rows': 'facc34d2743d4ecf08cc9c7b42327b0e6e103e0da5736bdf1a98777580755b9d',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_matmul_ogs.py.jinja',

@@ -8,12 +8,17 @@ two operations is corrected here (users_ecosystem.md §4 lists the defects, in e
   as the GPU's MMA does;
 * fp32 -> bf16 casts truncate: round to nearest even, as the GPU does;
 * fp32 -> fp8 casts lose the carry of a round-up: round to nearest even and saturate to the
-  largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does.
+  largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
+* inline PTX cannot run at all: ogsgen's one PTX block (the packed e2m1 -> bf16 upcast) runs by its
+  elementwise definition, in numpy. Its PTX itself is checked on the GPU (test_dequantize_mx_every_code...).
 """
 import numpy as np
 import torch
 import triton.language as tl
 from triton.runtime import interpreter
+
+from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2
+from ogsgen.numerics.mx import decode_e2m1
 
 _FP8 = {tl.float8e4nv: (torch.float8_e4m3fn, 448.0), tl.float8e5: (torch.float8_e5m2, 57344.0)}
 
@@ -32,6 +37,24 @@ def _f32_to_fp8_bits(values: np.ndarray, dst) -> np.ndarray:
     dtype, largest = _FP8[dst]
     finite = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).clamp(-largest, largest)
     return finite.to(dtype).view(torch.uint8).numpy()
+
+
+def _e2m1_bytes_to_bf16(values, factors):
+    """E2M1_BYTES_TO_BF16X2 by definition: each byte's two nibbles times its bf16 factor, rounded once."""
+    codes = torch.from_numpy(values.data.astype(np.int64))
+    factor = _bf16_bits_to_f32(factors.data)
+    halves = [decode_e2m1(codes & 15).numpy(), decode_e2m1(codes >> 4).numpy()]
+    return _AsmResults([interpreter.TensorHandle(_f32_to_bf16_bits(half * factor), tl.bfloat16) for half in halves])
+
+
+class _AsmResults(list):
+    """What ``tl.inline_asm_elementwise`` reads the outputs of an inline-asm op from."""
+
+    def get_result(self, index):
+        return self[index]
+
+
+_PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16}
 
 
 def install() -> None:
@@ -65,5 +88,12 @@ def install() -> None:
         fixed = fixed_downcast(src, dst_type)
         return fixed if fixed is not None else original_fp_to_fp(self, src, dst_type, rounding_mode)
 
+    def create_inline_asm(self, inline_asm, constraints, values, types, is_pure, pack):
+        definition = _PTX_DEFINITIONS.get(inline_asm)
+        if definition is None:
+            raise NotImplementedError("inline_asm not supported in interpreter mode")
+        return definition(*values)
+
     builder.create_dot, builder.cast_impl, builder.create_fp_to_fp = create_dot, cast_impl, create_fp_to_fp
+    builder.create_inline_asm = create_inline_asm
     builder._ogsgen_fixed = True

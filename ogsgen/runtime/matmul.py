@@ -15,7 +15,7 @@ from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, split_k_plan, topk_plan
-from . import loader
+from . import launcher, loader
 from .opt_flags import current_constraints, make_opt_flags, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 
@@ -286,7 +286,7 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
                 Y=out, stride_y_m=out.stride(-2), stride_y_n=out.stride(-1),
                 out_alpha=1.0 if out_alpha is None else float(out_alpha), N=call.n, K=call.k,
                 BLOCK_M=flags.block_m, BLOCK_N=flags.block_n, BLOCK_K=flags.block_k, GROUP_M=flags.group_m,
-                EVEN_K=call.k % flags.block_k == 0, num_warps=flags.num_warps, num_stages=flags.num_stages)
+                EVEN_K=call.k % flags.block_k == 0)
     if variant.can_split_k:
         args.update(SPLIT_K=split_k, stride_y_s=out.stride(0) if split_k > 1 else 0)
     flex = call.pc.flex_ctx
@@ -337,7 +337,7 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
     if variant.x.element == "fp32":
         args["DOT_PRECISION"] = "tf32" if call.pc.allow_tf32 else "ieee"
     grid = (grid_m * triton.cdiv(call.n, flags.block_n), call.batch, split_k)
-    loader.kernel_for(variant)[grid](**args)
+    launcher.launch(loader.kernel_for(variant), grid, args, num_warps=flags.num_warps, num_stages=flags.num_stages)
 
 
 def _flex_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
@@ -365,8 +365,7 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
     block_m, block_n = 32, max(32 * variant.reduction_n, min(128, triton.next_power_of_2(n)))
     args = dict(Y=out, stride_y_b=out.stride(0), stride_y_m=out.stride(1), stride_y_n=out.stride(2),
                 X=parts, stride_x_s=parts.stride(0), stride_x_b=parts.stride(1), stride_x_m=parts.stride(2),
-                stride_x_n=parts.stride(3), M=m, N=n, S=n_parts, BLOCK_M=block_m, BLOCK_N=block_n,
-                num_warps=4)
+                stride_x_n=parts.stride(3), M=m, N=n, S=n_parts, BLOCK_M=block_m, BLOCK_N=block_n)
     if variant.scatter:
         args["ScatterSrcIndx"] = scatter_src
     if variant.gammas:
@@ -379,8 +378,8 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
         args.update(ACTIVATION_FN=call.act.specs.fn, **_fn_args("activation", call.act.specs, call.act.fn_args))
     if variant.epilogue:
         args.update(EPILOGUE_FN=call.epi.specs.fn, **_fn_args("epilogue", call.epi.specs, epilogue_values))
-    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), batch)
-    loader.kernel_for(variant)[grid](**args)
+    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), batch, 1)
+    launcher.launch(loader.kernel_for(variant), grid, args, num_warps=4)
 
 
 def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, precision_config=None,
