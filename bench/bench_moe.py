@@ -4,7 +4,8 @@
 
 Shapes: gpt-oss-120b (E=128, top-4, K=2880; w1 N=5760 with gather, w2 N=2880 with scatter and gammas),
 DeepSeek-V3 w1 (E=256, top-8, K=7168, N=4096), T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880.
-Weights bf16 and mxfp4 (ogsgen's strided layout; triton_kernels' Hopper swizzled layouts). Peers, measured in
+Weights bf16, mxfp4 (ogsgen: the value layout prepare_expert_weights picks for this GPU, hopper on an H200) and
+mxfp4-strided (ogsgen's strided layout); triton_kernels' mxfp4 uses its Hopper swizzled layouts. Peers, measured in
 the same process: triton_kernels' matmul_ogs (when importable), torch._grouped_mm (bf16, rows pre-sorted) and
 torch.matmul (dense).
 
@@ -29,7 +30,7 @@ import triton
 from triton.testing import do_bench, do_bench_cudagraph
 
 import ogsgen
-from ogsgen.numerics import quantize_mx
+from ogsgen.numerics import quantize_mx, swizzle_mx_values
 
 MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
     "gpt-oss w1": (128, 4, 2880, 5760, "gather"),
@@ -82,9 +83,11 @@ def moe_cases(name, tokens, weight_format, tk):
     active = int((rd.expt_hist > 0).sum())
     # The second matmul of a layer weights each row by its gate (gammas) as it scatters.
     kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si, gammas=rd.gate_scal.float())
-    if weight_format == "mxfp4":
+    if weight_format.startswith("mxfp4"):
         values, scales = quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
-        w, pc = values.mT, ogsgen.PrecisionConfig(weight_scale=scales.mT)
+        hopper = weight_format == "mxfp4" and torch.cuda.get_device_capability()[0] == 9
+        w = swizzle_mx_values(values.mT) if hopper else values.mT
+        pc = ogsgen.PrecisionConfig(weight_scale=scales.mT)
         w_bytes = active * k * n // 2
     else:
         w, pc = dense_w, ogsgen.PrecisionConfig()
@@ -98,7 +101,7 @@ def moe_cases(name, tokens, weight_format, tk):
         t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
         t_kwargs = (dict(gather_indx=t_gi) if mode == "gather"
                     else dict(scatter_indx=t_si, gammas=t_rd.gate_scal.float()))
-        if weight_format == "mxfp4":
+        if weight_format.startswith("mxfp4"):
             try:
                 t_w, t_pc = triton_kernels_mxfp4(dense_w)
                 t_kwargs["precision_config"] = t_pc

@@ -8,7 +8,9 @@ from ogsgen.codegen import build
 from ogsgen.numerics import (actual_scale_torch, dequantize_mx, dequantize_mx_torch, max_finite, quantize_mx,
                              quantize_mx_torch)
 from ogsgen.numerics.mx import FP8_DTYPES
-from ogsgen.spec import (BF16, FP8_E4M3, FP8_E5M2, FP16, MXFP4, MXFP8_E4M3, MXFP8_E5M2, Catalog, variant_product)
+from ogsgen.numerics.layouts import SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
+from ogsgen.spec import (BF16, FP8_E4M3, FP8_E5M2, FP16, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, Catalog,
+                         variant_product)
 from ogsgen.spec.catalog import _expand
 from ogsgen.testing import assert_close
 
@@ -18,9 +20,11 @@ ELEMENTS = ["e2m1", "e4m3", "e5m2"]
 @pytest.fixture(scope="module", autouse=True)
 def format_test_kernels(tmp_path_factory):
     variants = [
-        *variant_product([(BF16, MXFP4, BF16), (FP16, MXFP4, FP16), (BF16, MXFP8_E4M3, BF16),
-                          (BF16, MXFP8_E5M2, BF16)], activations=(None, ogsgen.swiglu), bias=(False, True)),
-        *variant_product([(BF16, MXFP4, BF16)], activations=(None, ogsgen.swiglu), ragged=(True,),
+        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (FP16, MXFP4, FP16),
+                          (BF16, MXFP8_E4M3, BF16), (BF16, MXFP8_E5M2, BF16)], activations=(None, ogsgen.swiglu),
+                         bias=(False, True)),
+        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16)], activations=(None, ogsgen.swiglu),
+                         ragged=(True,),
                          gather=(False, True), scatter=(False, True), bias=(True,), gammas=(False, True)),
         *variant_product([(FP8_E4M3, FP8_E4M3, FP8_E4M3), (FP8_E5M2, FP8_E5M2, FP8_E5M2),
                           (FP8_E4M3, FP8_E4M3, BF16), (BF16, FP8_E4M3, BF16), (FP16, FP8_E5M2, FP16)],
@@ -131,9 +135,11 @@ def test_dense_mx_weights(element, maxtol, bias, device):
     assert_close(ref, y.float(), maxtol=maxtol)
 
 
+@pytest.mark.parametrize("value_layout", ["strided", "hopper"])
 @pytest.mark.parametrize("k_act", [1, 4])
-def test_gpt_oss_moe_with_mxfp4_weights(k_act, device):
-    """gpt-oss's two MoE matmuls with mxfp4 weights against the bf16-dequantized reference."""
+def test_gpt_oss_moe_with_mxfp4_weights(k_act, value_layout, device):
+    """gpt-oss's two MoE matmuls with mxfp4 weights against the bf16-dequantized reference. w2's K (32) is half
+    a hopper group: the layout pads it."""
     tokens, hidden, inter, n_expts = 24, 64, 32, 8
     rd, gi, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
     x = torch.randn(tokens, hidden, device=device).bfloat16()
@@ -142,10 +148,12 @@ def test_gpt_oss_moe_with_mxfp4_weights(k_act, device):
     b1, b2 = torch.randn(n_expts, 2 * inter, device=device), torch.randn(n_expts, hidden, device=device)
     act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
     gammas = rd.gate_scal.float()
-    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=32):
-        h = matmul_ogs(x, w1, b1, rd, gather_indx=gi, fused_activation=act,
+    w1_arg, w2_arg = (swizzle_mx_values(w1), swizzle_mx_values(w2)) if value_layout == "hopper" else (w1, w2)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=32 if value_layout == "strided" else 64):
+        h = matmul_ogs(x, w1_arg, b1, rd, gather_indx=gi, fused_activation=act,
                        precision_config=PrecisionConfig(weight_scale=s1))
-        y = matmul_ogs(h, w2, b2, rd, scatter_indx=si, gammas=gammas, precision_config=PrecisionConfig(weight_scale=s2))
+        y = matmul_ogs(h, w2_arg, b2, rd, scatter_indx=si, gammas=gammas,
+                       precision_config=PrecisionConfig(weight_scale=s2))
     w1_ref = dequantize_mx_torch(w1.mT, s1.mT, "e2m1").mT
     w2_ref = dequantize_mx_torch(w2.mT, s2.mT, "e2m1").mT
     fp32 = PrecisionConfig(out_dtype=torch.float32)
@@ -154,6 +162,81 @@ def test_gpt_oss_moe_with_mxfp4_weights(k_act, device):
     rounds = (lambda t: t.bfloat16().float()) if k_act > 1 else None
     y_ref = matmul_ogs_torch(h, w2_ref, b2, rd, scatter_indx=si, gammas=gammas, precision_config=fp32, round_y=rounds)
     assert_close(y_ref, y.float(), maxtol=3e-2)
+
+
+# ---------------------------------------------------------------- the hopper value layout
+
+@pytest.mark.parametrize("shape", [(2, 48, 40), (96, 24), (1, 1440, 8)])
+def test_hopper_layout_round_trips_bit_for_bit(shape, device):
+    values = torch.randint(0, 256, shape, dtype=torch.uint8, device=device)
+    for strided in (values, values.mT.contiguous().mT):                      # N- or K-contiguous input
+        swizzled = swizzle_mx_values(strided)
+        k = 2 * shape[-2]
+        assert swizzled.k == k and swizzled.shape == tuple(shape) and swizzled.data.stride(-2) == 1
+        assert swizzled.data.shape[-2] == -(-k // 64) * 32                    # K padded to whole groups
+        assert torch.equal(unswizzle_mx_values(swizzled), values)
+
+
+def test_hopper_layout_puts_each_k_row_where_documented(device):
+    # One column, one 64-row group: code of K row k is k % 16, so every row of a quarter is told apart.
+    k_rows = torch.arange(64, device=device)
+    codes = (k_rows % 16).to(torch.uint8)
+    strided = (codes[0::2] | (codes[1::2] << 4))[:, None]                    # (32, 1): rows 2i, 2i + 1
+    stored = swizzle_mx_values(strided).data[:, 0]
+    for t in range(4):
+        for p in range(2):
+            for h in range(2):
+                for e in range(2):
+                    row = 32 * p + 8 * h + 2 * t + e
+                    byte = int(stored[8 * t + 4 * p + 2 * h + e])
+                    assert (byte & 15, byte >> 4) == (row % 16, (row + 16) % 16), (t, p, h, e)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_dense_mxfp4_in_the_hopper_layout(bias, device):
+    """K = 96 is a group and a half: the kernel's K tail reads the padded group."""
+    x = torch.randn(37, 96, device=device).bfloat16()
+    w_values, w_scales = _mx_weights(torch.randn(1, 96, 80, device=device), "e2m1")
+    w_values, w_scales = w_values[0], w_scales[0]
+    b = torch.randn(80, device=device) if bias else None
+    y = torch.full((37, 80), float("nan"), device=device, dtype=torch.bfloat16)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=64):
+        matmul_ogs(x, swizzle_mx_values(w_values), b, precision_config=PrecisionConfig(weight_scale=w_scales), y=y)
+    w_ref = dequantize_mx_torch(w_values.mT, w_scales.mT, "e2m1").mT
+    ref = matmul_ogs_torch(x.float(), w_ref, b, precision_config=PrecisionConfig(out_dtype=torch.float32))
+    assert_close(ref, y.float(), maxtol=3e-2)
+
+
+def test_hopper_layout_errors(device):
+    x = torch.randn(16, 64, device=device).bfloat16()
+    values, scales = _mx_weights(torch.randn(1, 64, 32, device=device), "e2m1")
+    swizzled, pc = swizzle_mx_values(values[0]), PrecisionConfig(weight_scale=scales[0])
+    with pytest.raises(ogsgen.SpecError, match="w holds swizzled mxfp4 values but precision_config.weight_scale"):
+        matmul_ogs(x, swizzled, None)
+    with pytest.raises(ogsgen.SpecError, match="hopper-layout mxfp4 weights are upcast to bf16"):
+        matmul_ogs(x.half(), swizzled, None, precision_config=pc)
+    with pytest.raises(ogsgen.InapplicableConstraint, match="block_k must be a multiple of 64"):
+        with ogsgen.opt_flags_constraints(block_k=32):
+            matmul_ogs(x, swizzled, None, precision_config=pc)
+    with pytest.raises(ogsgen.SpecError, match="values must be packed mxfp4"):
+        swizzle_mx_values(values[0].float())
+    with pytest.raises(ogsgen.SpecError, match="capability .7, 5. has none"):
+        swizzle_mx_values(values[0], capability=(7, 5))
+    with pytest.raises(ogsgen.SpecError, match="layout must be 'hopper'"):
+        swizzle_mx_values(values[0], layout="blackwell")
+    with pytest.raises(ogsgen.SpecError, match="value_layout='hopper' applies to mxfp4"):
+        ogsgen.prepare_expert_weights(torch.randn(2, 32, 64, device=device), format="bf16", value_layout="hopper")
+
+
+@pytest.mark.gpu
+def test_hopper_layout_made_for_another_gpu_is_refused():
+    x = torch.randn(16, 64, device="cuda").bfloat16()
+    values, scales = _mx_weights(torch.randn(1, 64, 32, device="cuda"), "e2m1")
+    major, minor = torch.cuda.get_device_capability()
+    other = swizzle_mx_values(values[0], capability=(major + 1, 0))
+    with pytest.raises(ogsgen.SpecError, match=f"swizzled .layout 'hopper'. for a compute capability {major + 1}.0 "
+                                               f"GPU but x is on a {major}.{minor} GPU"):
+        matmul_ogs(x, other, None, precision_config=PrecisionConfig(weight_scale=scales[0]))
 
 
 # ---------------------------------------------------------------- fp8 flexpoint
@@ -345,14 +428,17 @@ def test_format_errors(device):
 
 # ---------------------------------------------------------------- weight preparation
 
-@pytest.mark.parametrize("format", ["bf16", "fp8e4m3", "mxfp4", "mxfp8e4m3"])
+@pytest.mark.parametrize("format,value_layout", [("bf16", "auto"), ("fp8e4m3", "auto"), ("mxfp4", "strided"),
+                                                 ("mxfp4", "hopper"), ("mxfp8e4m3", "auto")])
 @pytest.mark.parametrize("layout,gate_up", [("out_in", "concatenated"), ("in_out", "interleaved"), ("out_in", None)])
-def test_prepare_expert_weights_round_trips(format, layout, gate_up, device):
+def test_prepare_expert_weights_round_trips(format, value_layout, layout, gate_up, device):
     n_expts, k, n = 3, 64, 48
     dense = torch.randn(n_expts, n, k, device=device) if layout == "out_in" else torch.randn(n_expts, k, n,
                                                                                              device=device)
     bias = torch.randn(n_expts, n, device=device)
-    prepared = ogsgen.prepare_expert_weights(dense, bias, layout=layout, gate_up=gate_up, format=format)
+    prepared = ogsgen.prepare_expert_weights(dense, bias, layout=layout, gate_up=gate_up, format=format,
+                                             value_layout=value_layout)
+    assert isinstance(prepared.w, SwizzledMxValues) == (value_layout == "hopper")
     back = prepared.dequantize(checkpoint_order=True)
     assert back.shape == dense.shape
     if format == "bf16":
@@ -365,7 +451,8 @@ def test_prepare_expert_weights_round_trips(format, layout, gate_up, device):
     else:
         assert_close(dense, back, maxtol=0.07, rmstol=0.05)
     if format in ("fp8e4m3", "mxfp4", "mxfp8e4m3"):
-        assert prepared.w.stride(-2) == 1  # K-contiguous, as Hopper reads scaled weights
+        values = prepared.w.data if value_layout == "hopper" else prepared.w
+        assert values.stride(-2) == 1  # K-contiguous, as Hopper reads scaled weights
     if gate_up == "concatenated":  # the matmul sees gate, up, gate, up, ... columns
         assert torch.equal(prepared.bias[:, 0::2], bias[:, : n // 2])
         torch.testing.assert_close(prepared.dequantize()[:, :, 1::2], prepared.dequantize(True).mT[:, :, n // 2:])

@@ -6,7 +6,7 @@ import pytest
 
 import ogsgen
 from ogsgen.errors import SpecError, UnsupportedError
-from ogsgen.spec import (BF16, FP16, FP32, FP8_E4M3, MXFP4, MXFP8_E4M3, FnSpecs, KernelVariant, NumericFormat,
+from ogsgen.spec import (BF16, FP16, FP32, FP8_E4M3, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, FnSpecs, KernelVariant, NumericFormat,
                          canonical_name, format_named, variant_product)
 from ogsgen.spec.functions import function_source_hash
 
@@ -79,7 +79,7 @@ def test_formats_express_fp8_and_mx():
     assert FP8_E4M3.scaling == "flexpoint" and FP8_E4M3.bits == 8 and FP8_E4M3.name == "fp8e4m3"
     assert MXFP4.block_size == 32 and MXFP4.bits == 4 and MXFP4.name == "mxfp4"
     assert MXFP8_E4M3.name == "mxfp8e4m3"
-    assert NumericFormat("e2m1", "block_e8m0", 32, layout="hopper_value").name == "mxfp4hoppervalue"
+    assert NumericFormat("e2m1", "block_e8m0", 32, layout="hopper").name == "mxfp4hopper"
     assert format_named("bf16") is BF16
     with pytest.raises(SpecError, match="unknown format 'bf17'"):
         format_named("bf17")
@@ -93,8 +93,13 @@ def test_formats_express_fp8_and_mx():
 
 def test_variants_the_spec_expresses_but_no_template_renders_yet():
     KernelVariant(BF16, MXFP4, BF16).check_supported()  # has a path: dequantized in the kernel
-    with pytest.raises(UnsupportedError, match="layout hopper_value has no code path yet"):
-        KernelVariant(BF16, NumericFormat("e2m1", "block_e8m0", 32, layout="hopper_value"), BF16).check_supported()
+    KernelVariant(BF16, MXFP4_HOPPER, BF16).check_supported()
+    with pytest.raises(UnsupportedError, match="hopper-layout mxfp4 weights are upcast to bf16 in registers"):
+        KernelVariant(FP16, MXFP4_HOPPER, FP16).check_supported()
+    with pytest.raises(UnsupportedError, match="only w has swizzled layouts"):
+        KernelVariant(BF16, MXFP4, MXFP4_HOPPER).check_supported()
+    with pytest.raises(SpecError, match="the hopper layout holds mxfp4 values"):
+        NumericFormat("e4m3", "block_e8m0", 32, layout="hopper")
     with pytest.raises(UnsupportedError, match="mx activations have no code path"):
         KernelVariant(MXFP8_E4M3, MXFP4, BF16).check_supported()
     with pytest.raises(UnsupportedError, match="MX weights need bf16 or fp16 x"):

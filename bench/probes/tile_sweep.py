@@ -1,6 +1,6 @@
-"""Probe: which launch parameters the bf16 matmul_ogs kernel wants on this GPU, per shape.
+"""Probe: which launch parameters the matmul_ogs kernels want on this GPU, per shape and weight format.
 
-    PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT
+    PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|mxfp4|mxfp4-strided]
 
 Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
 tile and writes OUT/tile_sweep.csv (CUDA-graph medians). The heuristic in ogsgen/runtime/opt_flags.py is tuned
@@ -27,13 +27,28 @@ TILES = [  # block_m, block_n, block_k, num_warps, num_stages
 ]
 CASES = [("gpt-oss w1", 8192), ("gpt-oss w2", 8192), ("gpt-oss w1", 2048), ("DeepSeek-V3 w1", 8192),
          ("dense", (8192, 8192, 8192)), ("dense", (4096, 5760, 2880))]
+# mxfp4: decode-sized row tiles (16) for T <= 256, 128-row tiles at T = 8192; hopper-layout tiles take whole
+# 64-row K groups, with at most one 64-row W^T tile per warpgroup (more go through shared memory: sm_90 SASS).
+MX_DECODE_TILES = [(16, 128, 128, 4, 3), (16, 128, 64, 8, 4), (16, 64, 64, 4, 4), (16, 64, 128, 4, 4),
+                   (16, 128, 128, 8, 3), (16, 256, 64, 16, 4), (16, 128, 128, 4, 4)]
+MX_LARGE_TILES = [(128, 128, 64, 8, 4), (128, 128, 128, 8, 3), (128, 256, 64, 16, 3), (64, 128, 64, 8, 4),
+                  (128, 64, 64, 4, 4), (128, 128, 64, 8, 3), (128, 256, 128, 16, 2)]
+MX_CASES = [("gpt-oss w1", 1), ("gpt-oss w1", 256), ("gpt-oss w2", 256), ("gpt-oss w1", 8192),
+            ("gpt-oss w2", 8192)]
 
 
-def case_fn(name, size):
+def sweep(weight_format):
+    """(case, size, tiles) to time for a weight format."""
+    if weight_format == "bf16":
+        return [(name, size, TILES) for name, size in CASES]
+    return [(name, size, MX_DECODE_TILES if size <= 256 else MX_LARGE_TILES) for name, size in MX_CASES]
+
+
+def case_fn(name, size, weight_format):
     if name == "dense":
         cases = bench_moe.dense_cases(*size, None)
     else:
-        cases = bench_moe.moe_cases(name, size, "bf16", None)
+        cases = bench_moe.moe_cases(name, size, weight_format, None)
     impl, fn, flops, _ = next(cases)
     assert impl == "ogsgen"
     return fn, flops
@@ -42,13 +57,14 @@ def case_fn(name, size):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--format", default="bf16", choices=["bf16", "mxfp4", "mxfp4-strided"])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name, size in CASES:
-        fn, flops = case_fn(name, size)
-        for tile in [None, *TILES]:
-            row = dict(case=f"{name} {size}", tile="heuristic" if tile is None else "x".join(map(str, tile)))
+    for name, size, tiles in sweep(args.format):
+        fn, flops = case_fn(name, size, args.format)
+        for tile in [None, *tiles]:
+            row = dict(case=f"{name} {args.format} {size}", tile="heuristic" if tile is None else "x".join(map(str, tile)))
             try:
                 if tile is None:
                     run = fn
@@ -68,7 +84,7 @@ def main():
             rows.append(row)
             print(row, flush=True)
             torch.cuda.empty_cache()
-    with open(args.out / "tile_sweep.csv", "w", newline="") as f:
+    with open(args.out / f"tile_sweep_{args.format}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         writer.writeheader()
         writer.writerows(rows)

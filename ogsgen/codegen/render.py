@@ -74,7 +74,9 @@ def helpers_used(variant: KernelVariant) -> dict:
     from ..numerics import jit
 
     helpers = {}
-    if variant.w.scaling == "block_e8m0":
+    if variant.w.layout == "hopper":
+        helpers["upcast_mxfp4_hopper_rows"] = jit.upcast_mxfp4_hopper_rows
+    elif variant.w.scaling == "block_e8m0":
         helpers["upcast_mx_rows"] = jit.upcast_mx_rows
     if variant.y.scaling == "block_e8m0":
         helpers["scale_mx_rows"] = jit.scale_mx_rows

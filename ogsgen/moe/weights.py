@@ -14,6 +14,7 @@ import torch
 
 from ..errors import SpecError
 from ..numerics.kernels import quantize_mx
+from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from ..numerics.mx import dequantize_mx_torch
 from ..runtime.types import FlexCtx, InFlexData, PrecisionConfig
 
@@ -40,7 +41,7 @@ def _deinterleave(t: torch.Tensor, dim: int) -> torch.Tensor:
 @dataclass
 class PreparedWeights:
     """Expert weights ready for ``matmul_ogs``: pass ``w`` and ``bias``, and ``precision_config()``."""
-    w: torch.Tensor                      # (E, K, N); uint8 (E, K // 2, N) for mxfp4
+    w: torch.Tensor | SwizzledMxValues    # (E, K, N); mxfp4: uint8 (E, K // 2, N), or swizzled
     bias: torch.Tensor | None            # float32 (E, N), columns ordered as w's
     format: str
     weight_scale: torch.Tensor | None = None   # MX: uint8 (E, cdiv(K, 32), N)
@@ -59,7 +60,8 @@ class PreparedWeights:
         """The float32 weights the kernel computes with: (E, K, N), or in the checkpoint's layout and
         gate/up order when ``checkpoint_order``."""
         if self.format in _MX:
-            dense = dequantize_mx_torch(self.w.mT, self.weight_scale.mT, _MX[self.format]).mT
+            values = unswizzle_mx_values(self.w) if isinstance(self.w, SwizzledMxValues) else self.w
+            dense = dequantize_mx_torch(values.mT, self.weight_scale.mT, _MX[self.format]).mT
         elif self.scale is not None:
             dense = self.w.float() * self.scale[:, None, None]
         else:
@@ -73,7 +75,8 @@ class PreparedWeights:
 
 
 def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up: str | None = None,
-                           format: str = "bf16", rounding: str = "up") -> PreparedWeights:
+                           format: str = "bf16", rounding: str = "up",
+                           value_layout: str = "auto") -> PreparedWeights:
     """Transpose, interleave gate/up, quantize and lay out expert weights for ``matmul_ogs``.
 
     weight: a float tensor (E, out, in) for ``layout="out_in"`` or (E, in, out) for ``"in_out"``; or an
@@ -85,6 +88,8 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         ``"interleaved"`` (already gate, up, gate, up, ...).
     format: one of FORMATS; fp8 gets one flexpoint scale per expert (absmax / max finite), MX one
         e8m0 scale per 32 values of K (``rounding`` as in ``ogsgen.numerics.quantize_mx``).
+    value_layout: how mxfp4 values are stored: ``"strided"``, ``"hopper"`` (swizzled for the in-register
+        upcast, ``ogsgen.swizzle_mx_values``) or ``"auto"``: hopper when the weights are on a Hopper GPU.
     """
     if layout not in ("out_in", "in_out"):
         raise SpecError(f"layout must be 'out_in' (E, out, in) or 'in_out' (E, in, out), got {layout!r}")
@@ -92,8 +97,26 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         raise SpecError(f"gate_up must be None, 'concatenated' or 'interleaved', got {gate_up!r}")
     if format not in FORMATS:
         raise SpecError(f"format must be one of {FORMATS}, got {format!r}")
+    if value_layout not in ("auto", *VALUE_LAYOUTS):
+        raise SpecError(f"value_layout must be 'auto' or one of {VALUE_LAYOUTS}, got {value_layout!r}")
+    if value_layout == "hopper" and format != "mxfp4":
+        raise SpecError(f"value_layout='hopper' applies to mxfp4 weights, not {format}; use 'auto' or 'strided'")
     if isinstance(weight, tuple):
-        return _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format)
+        prepared = _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format)
+    else:
+        prepared = _prepare_dense(weight, bias, layout, gate_up, format, rounding)
+    if format == "mxfp4" and _wants_hopper_layout(value_layout, prepared.w.device):
+        prepared.w = swizzle_mx_values(prepared.w)
+    return prepared
+
+
+def _wants_hopper_layout(value_layout: str, device: torch.device) -> bool:
+    if value_layout != "auto":
+        return value_layout == "hopper"
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+def _prepare_dense(weight, bias, layout, gate_up, format, rounding) -> PreparedWeights:
     if not isinstance(weight, torch.Tensor) or weight.ndim != 3 or not weight.dtype.is_floating_point:
         raise SpecError("weight must be a float tensor (E, out, in) or (E, in, out), or a (values, scales) tuple")
     w = weight.mT if layout == "out_in" else weight          # (E, K, N)

@@ -1,7 +1,8 @@
 """Scaled numeric formats: MX (e8m0 block scales) and flexpoint (fp8 with fp32 tensor scales)."""
 from .flex import actual_scale_torch, max_finite
 from .kernels import dequantize_mx, quantize_mx
+from .layouts import SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from .mx import MX_BLOCK, dequantize_mx_torch, quantize_mx_torch
 
 __all__ = ["actual_scale_torch", "max_finite", "dequantize_mx", "quantize_mx", "MX_BLOCK", "dequantize_mx_torch",
-           "quantize_mx_torch"]
+           "quantize_mx_torch", "SwizzledMxValues", "swizzle_mx_values", "unswizzle_mx_values"]

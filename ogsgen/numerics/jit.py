@@ -137,6 +137,24 @@ def upcast_mx_rows(values, scales, ELEMENT: tl.constexpr, OUT_DTYPE: tl.constexp
 
 
 @triton.jit
+def upcast_mxfp4_hopper_rows(values, scales):
+    """A (R, S) bf16 tile, in K order, of mxfp4 rows stored in the hopper layout (ogsgen.numerics.layouts).
+
+    values: (R, S // 2) bytes, S a multiple of 64; scales: (R, S // 32) e8m0 bytes. Byte 8t + 4p + 2h + e
+    of each 32-byte group holds K rows 32p + 8h + 2t + e (low nibble) and + 16 (high nibble); each 4-byte
+    quarter (one packed upcast) has one scale. The final permute only renames registers when the result
+    feeds a 16-bit MMA's register operand.
+    """
+    ROWS: tl.constexpr = values.shape[0]
+    GROUPS: tl.constexpr = values.shape[1] // 32
+    quarters = tl.reshape(values, (ROWS, GROUPS, 4, 2, 4))                       # [r, g, t, p, (h, e)]
+    factors = tl.reshape(bf16_of_scale(scales), (ROWS, GROUPS, 1, 2, 1))           # [r, g, -, p, -]
+    low, high = e2m1_bytes_to_bf16(quarters, tl.broadcast_to(factors, (ROWS, GROUPS, 4, 2, 4)))
+    w = tl.reshape(tl.join(low, high), (ROWS, GROUPS, 4, 2, 2, 2, 2))             # [r, g, t, p, h, e, n]
+    return tl.reshape(tl.permute(w, (0, 1, 3, 6, 4, 2, 5)), (ROWS, GROUPS * 64))  # [r, g, p, n, h, t, e]
+
+
+@triton.jit
 def scale_mx_rows(tile, EMAX: tl.constexpr, MAX_MANTISSA: tl.constexpr, MAX_VALUE: tl.constexpr,
                   ROUND_UP: tl.constexpr):
     """Scale a float32 (BLOCK_M, BLOCK_N) tile along N in blocks of 32 for MX quantization.

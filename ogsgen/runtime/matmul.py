@@ -12,8 +12,9 @@ import triton
 from ..codegen.render import ARG_PREFIX
 from ..errors import SpecError, UnsupportedError
 from ..moe.metadata import make_ragged_tensor_metadata
+from ..numerics.layouts import SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
-from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
+from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, split_k_plan, topk_plan
 from . import launcher, loader
 from .opt_flags import current_constraints, make_opt_flags, row_tiles
@@ -95,6 +96,18 @@ def _reinterpret(tensor, flex_dtype, name):
     return tensor
 
 
+def _unwrap_swizzled(w, x):
+    """(values tensor, its format, logical K) of a swizzled ``w``; checks it was made for x's GPU."""
+    if x.is_cuda:
+        capability = torch.cuda.get_device_capability(x.device)
+        if capability[0] != w.capability[0]:
+            raise SpecError(f"w was swizzled (layout {w.layout!r}) for a compute capability "
+                            f"{w.capability[0]}.{w.capability[1]} GPU but x is on a {capability[0]}.{capability[1]} "
+                            f"GPU; swizzle the strided values for this GPU: "
+                            f"ogsgen.swizzle_mx_values(ogsgen.unswizzle_mx_values(w))")
+    return w.data, MXFP4_HOPPER, w.k
+
+
 def _operand_formats(x, w, pc: PrecisionConfig):
     """(x format, w format, y format, logical K) of a call, from dtypes and the precision config."""
     if x.dtype in FP8_DTYPES:
@@ -102,7 +115,12 @@ def _operand_formats(x, w, pc: PrecisionConfig):
     else:
         x_fmt = plain_format_of(x.dtype, "x")
     k = w.shape[-2]
-    if pc.weight_scale is not None:
+    if isinstance(w, SwizzledMxValues):
+        if pc.weight_scale is None:
+            raise SpecError("w holds swizzled mxfp4 values but precision_config.weight_scale is None; pass their "
+                            "e8m0 scales")
+        w, w_fmt, k = _unwrap_swizzled(w, x)
+    elif pc.weight_scale is not None:
         if w.dtype == torch.uint8:
             w_fmt, k = MXFP4, 2 * w.shape[-2]  # two e2m1 values per byte along K
         elif w.dtype in MX_FP8_DTYPES:
@@ -399,10 +417,12 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     epi = epilogue if epilogue is not None else Epilogue()
     _reject_unsupported(fused_comm, inner_routing_data, pc)
     _check_tensor(x, "x", ndims=(2, 3))
-    _check_tensor(w, "w", ndims=(2, 3))
+    if not isinstance(w, SwizzledMxValues):
+        _check_tensor(w, "w", ndims=(2, 3))
+        w = _reinterpret(w, pc.flex_ctx.rhs_data.dtype, "w")
     x = _reinterpret(x, pc.flex_ctx.lhs_data.dtype, "x")
-    w = _reinterpret(w, pc.flex_ctx.rhs_data.dtype, "w")
     x_fmt, w_fmt, y_fmt, k = _operand_formats(x, w, pc)
+    w = w.data if isinstance(w, SwizzledMxValues) else w
     batched = x.ndim == 3
     ragged = routing_data is not None and routing_data.expt_hist is not None
     if batched:
@@ -499,7 +519,8 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     n_sms = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) \
         if x.is_cuda else None
     flags = make_opt_flags(x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt,
-                           scatter_indx is None and y_acc_in is None, n_sms, w_fmt.scaling == "block_e8m0",
+                           scatter_indx is None and y_acc_in is None, n_sms,
+                           w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                            pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         if scatter_indx is not None and routing_data.n_expts_act > 1:

@@ -69,7 +69,7 @@ def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
     return triton.cdiv(m - n_expts + 1, block_m) + n_expts - 1
 
 
-def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx) -> OptFlags:
+def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
@@ -80,13 +80,18 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
     wide_tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, 256)
     fills_gpu = n_sms is None or wide_tiles >= n_sms
-    if itemsize == 2 and not w_mx and block_m >= 64 and n > 128 and k >= 256 and fills_gpu:
+    if itemsize == 2 and w_mx_layout is None and block_m >= 64 and n > 128 and k >= 256 and fills_gpu:
         # Wide N tiles for 16-bit operands with enough rows, when they still fill the GPU: measured on the H200
         # (bench/probes/tile_sweep.py, bench/NOTES.md), 128x256x32 with 5 stages is 15-30% faster than 128x128x64
         # from T=2048 up, and 64x256x64 with 4 stages beats 64x128 when experts get about 64 rows; a 64-row
         # dense matmul is 30% slower with them (23 tiles for 132 SMs).
         block_n = 256
         block_k, num_warps, num_stages = (32, 8, 5) if block_m == 128 else (64, 4, 4)
+    if w_mx_layout == "hopper":
+        # Whole 64-row K groups per tile, and one 64-row wgmma tile of W^T per warpgroup: then the upcast
+        # feeds the MMA from registers (sm_90 SASS: wider W tiles per warpgroup go through shared memory).
+        block_n, block_k = 128, (128 if block_m <= 64 else 64)
+        num_warps, num_stages = (4, 3) if block_m <= 64 else (8, 4)
     split_k = 1
     tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n)
     k_tiles = triton.cdiv(k, block_k)
@@ -99,16 +104,17 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
 
 @lru_cache(maxsize=4096)
 def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_n: int, n_expts: int | None,
-                   tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx: bool = False,
+                   tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx_layout: str | None = None,
                    bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = ()) -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
+    ``w_mx_layout``: None for unscaled or flexpoint w, else the MX values' layout ("strided", "hopper").
     ``bitwise_invariant``: fixed row blocks and no split K, so that a row's result does not depend
     on the rows around it.
     """
     flags = _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
-                       n_sms, w_mx)
+                       n_sms, w_mx_layout)
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4)
     if y_mx:  # each output tile holds whole 32-column scale blocks
@@ -122,7 +128,10 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
                                      "drop the conflicting opt_flags_constraints")
     if itemsize == 1 and flags.block_k < 32:
         raise InapplicableConstraint(f"block_k={flags.block_k}: an fp8 dot needs block_k >= 32")
-    if w_mx and flags.block_k % 32:
+    if w_mx_layout == "hopper" and flags.block_k % 64:
+        raise InapplicableConstraint(f"block_k={flags.block_k}: hopper-layout mxfp4 weights come in groups of 64 "
+                                     f"rows of K, so block_k must be a multiple of 64")
+    if w_mx_layout is not None and flags.block_k % 32:
         raise InapplicableConstraint(f"block_k={flags.block_k}: mx weights carry one scale per 32 rows of K, so "
                                      f"block_k must be a multiple of 32")
     if flags.split_k > 1 and not can_split:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CatalogError, OgsgenError
-from .formats import BF16, FP8_E4M3, FP16, FP32, MXFP4, MXFP8_E4M3
+from .formats import BF16, FP8_E4M3, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP8_E4M3
 from .variant import FEATURES, KernelVariant, canonical_name, companions
 
 DEFAULT_CATALOG_NAME = "ogsgen:default"
@@ -82,11 +82,15 @@ def default_catalog() -> Catalog:
                          gammas=(False, True)),
         # gpt-oss ships mxfp4 expert weights (bf16 activations); fp8 weights with per-tensor or per-expert
         # scales, with fp8 or bf16 activations (DeepSeek-style and weight-only serving).
-        *variant_product([(BF16, MXFP4, BF16), (BF16, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, BF16)],
+        # mxfp4 in both value layouts: strided (any GPU) and hopper (what prepare_expert_weights makes on Hopper).
+        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, FP8_E4M3, BF16),
+                          (FP8_E4M3, FP8_E4M3, BF16)],
                          activations=(None, swiglu), ragged=(True,), gather=(True,), bias=(False, True)),
-        *variant_product([(BF16, MXFP4, BF16), (BF16, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, BF16)],
+        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, FP8_E4M3, BF16),
+                          (FP8_E4M3, FP8_E4M3, BF16)],
                          ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
-        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP8_E4M3, BF16), (BF16, FP8_E4M3, BF16),
+        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, MXFP8_E4M3, BF16),
+                          (BF16, FP8_E4M3, BF16),
                           (FP8_E4M3, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, FP8_E4M3)], bias=(False, True)),
     ]
     return Catalog(DEFAULT_CATALOG_NAME, _expand(variants, DEFAULT_CATALOG_NAME))

@@ -7,8 +7,8 @@ A format is an element type plus how it is scaled:
 * ``block_e8m0``: values (fp8, or fp4 e2m1 packed two per byte) times a power-of-two e8m0
   scale shared by ``block_size`` consecutive elements along K.
 
-``layout`` names how values (and block scales) are arranged in memory: ``strided`` is an
-ordinary torch tensor; swizzled layouts for Hopper's in-register fp4 upcast are further names.
+``layout`` names how the values are arranged in memory: ``strided`` is an ordinary torch tensor;
+``hopper`` is mxfp4 weights rearranged for the in-register upcast (``ogsgen.numerics.layouts``).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import torch
 from ..errors import SpecError
 
 SCALINGS = ("none", "flexpoint", "block_e8m0")
-LAYOUTS = ("strided", "hopper_value")
+LAYOUTS = ("strided", "hopper")
 
 # element name -> (torch storage dtype, bits per element)
 ELEMENTS = {
@@ -50,6 +50,8 @@ class NumericFormat:
             raise SpecError(f"format {self.element}: block_size is set exactly when scaling is 'block_e8m0'")
         if self.element == "e2m1" and self.scaling != "block_e8m0":
             raise SpecError("e2m1 (fp4) values need block_e8m0 scales (use MXFP4)")
+        if self.layout == "hopper" and (self.element, self.scaling) != ("e2m1", "block_e8m0"):
+            raise SpecError(f"the hopper layout holds mxfp4 values, not {self.element} ({self.scaling})")
         if self.scaling == "flexpoint" and self.bits != 8:
             raise SpecError(f"flexpoint scaling applies to fp8 elements, not {self.element}")
 
@@ -84,10 +86,11 @@ FP32 = NumericFormat("fp32")
 FP8_E4M3 = NumericFormat("e4m3", "flexpoint")
 FP8_E5M2 = NumericFormat("e5m2", "flexpoint")
 MXFP4 = NumericFormat("e2m1", "block_e8m0", 32)
+MXFP4_HOPPER = NumericFormat("e2m1", "block_e8m0", 32, layout="hopper")
 MXFP8_E4M3 = NumericFormat("e4m3", "block_e8m0", 32)
 MXFP8_E5M2 = NumericFormat("e5m2", "block_e8m0", 32)
 
-BY_NAME = {f.name: f for f in (BF16, FP16, FP32, FP8_E4M3, FP8_E5M2, MXFP4, MXFP8_E4M3, MXFP8_E5M2)}
+BY_NAME = {f.name: f for f in (BF16, FP16, FP32, FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2)}
 
 _PLAIN_BY_DTYPE = {torch.bfloat16: BF16, torch.float16: FP16, torch.float32: FP32}
 

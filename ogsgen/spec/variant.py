@@ -108,10 +108,12 @@ class KernelVariant:
         x, dequantized in the kernel; fp8 flexpoint x with fp8 w; fp8 flexpoint y.
         """
         name = canonical_name(self)
-        for fmt_name in ("x", "w", "y"):
-            fmt = getattr(self, fmt_name)
-            if fmt.layout != "strided":
-                raise UnsupportedError(f"{name}: {fmt_name} layout {fmt.layout} has no code path yet; use 'strided'")
+        for fmt_name in ("x", "y"):
+            if getattr(self, fmt_name).layout != "strided":
+                raise UnsupportedError(f"{name}: only w has swizzled layouts; {fmt_name} must be 'strided'")
+        if self.w.layout == "hopper" and self.x.element != "bf16":
+            raise UnsupportedError(f"{name}: hopper-layout mxfp4 weights are upcast to bf16 in registers, so x "
+                                   f"must be bf16 (got {self.x.name}); use strided mxfp4 weights")
         if self.x.scaling == "block_e8m0":
             raise UnsupportedError(f"{name}: mx activations have no code path on this hardware generation; "
                                    f"use bf16/fp16/fp8 x")
