@@ -466,7 +466,7 @@ def test_prepared_weights_run_a_swiglu_moe_matmul(device):
     rd, gi, _ = ogsgen.routing(torch.randn(tokens, n_expts, device=device), 2)
     x = torch.randn(tokens, hidden, device=device).bfloat16()
     act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
-    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=32):
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=64):  # whole K groups: hopper on an H200
         y = matmul_ogs(x, prepared.w, prepared.bias, rd, gather_indx=gi, fused_activation=act,
                        precision_config=prepared.precision_config())
     # Reference in the checkpoint's own terms: gate and up halves, SwiGLU written out.

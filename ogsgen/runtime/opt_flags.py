@@ -90,8 +90,14 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     if w_mx_layout == "hopper":
         # Whole 64-row K groups per tile, and one 64-row wgmma tile of W^T per warpgroup: then the upcast
         # feeds the MMA from registers (sm_90 SASS: wider W tiles per warpgroup go through shared memory).
-        block_n, block_k = 128, (128 if block_m <= 64 else 64)
-        num_warps, num_stages = (4, 3) if block_m <= 64 else (8, 4)
+        # Measured on the H200 (bench/probes/tile_sweep.py --format mxfp4, bench/NOTES.md): 16-row tiles
+        # want K tiles of 128 with one warpgroup; 128-row tiles 256-wide W tiles over four warpgroups.
+        if block_m <= 32:
+            block_n, block_k, num_warps, num_stages = 128, 128, 4, 3
+        elif block_m == 64:
+            block_n, block_k, num_warps, num_stages = 128, 64, 8, 4
+        else:
+            block_n, block_k, num_warps, num_stages = 256, 64, 16, 3
     split_k = 1
     tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n)
     k_tiles = triton.cdiv(k, block_k)
