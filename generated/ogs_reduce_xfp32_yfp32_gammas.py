@@ -19,7 +19,7 @@ PROVENANCE = {
 }
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['M'])
 def ogs_reduce_xfp32_yfp32_gammas(
     Y, stride_y_b, stride_y_m, stride_y_n,
     X, stride_x_s, stride_x_b, stride_x_m, stride_x_n,

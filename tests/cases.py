@@ -5,7 +5,7 @@ import torch
 
 from ogsgen import (Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig, matmul_ogs,
                     matmul_ogs_torch)
-from ogsgen.numerics import actual_scale_torch, dequantize_mx_torch, quantize_mx
+from ogsgen.numerics import actual_scale_torch, dequantize_mx_torch, quantize_mx, swizzle_mx_values
 from ogsgen.spec import KernelVariant
 from ogsgen.testing import assert_close
 
@@ -60,6 +60,8 @@ class Operands:
             dense = torch.randn(w_shape, device=device)
             values, scales = quantize_mx(dense.mT.contiguous(), variant.w.element, axis=-1)
             self.w, self.pc_fields["weight_scale"] = values.mT, scales.mT
+            if variant.w.layout == "hopper":
+                self.w = swizzle_mx_values(values.mT)
             self.w_ref = dequantize_mx_torch(values, scales, variant.w.element).mT
         else:
             self.w = _operand(w_shape, variant.w.torch_dtype, device, w_transposed)

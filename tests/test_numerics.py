@@ -33,7 +33,10 @@ SMALL_BLOCKS = dict(block_m=16, block_n=32, block_k=16)
 
 
 def small_blocks(variant):
-    # MX weights carry a scale per 32 rows of K, and an fp8 dot needs K tiles of 32 at least.
+    # MX weights carry a scale per 32 rows of K (hopper-layout ones come in 64-row groups), and an fp8 dot
+    # needs K tiles of 32 at least.
+    if variant.w.layout == "hopper":
+        return dict(SMALL_BLOCKS, block_k=64)
     wide_k = variant.w.scaling == "block_e8m0" or variant.x.bits == 8
     return dict(SMALL_BLOCKS, block_k=32) if wide_k else SMALL_BLOCKS
 

@@ -119,14 +119,23 @@ class RenderedKernel:
         return {"path": self.filename, "sha256": self.sha256, "spec": self.variant.describe(), **self.provenance}
 
 
+def _runtime_ints(variant: KernelVariant) -> list[str]:
+    """Integer arguments that change from call to call with the number of tokens. Triton does not specialize
+    on them, so one compiled kernel serves every batch size (and ``ogsgen warmup`` covers all of them)."""
+    if variant.family == "reduce" or not variant.ragged:
+        return ["M"]
+    return ["n_row_tiles", *(["n_expts_act"] if variant.gather else [])]
+
+
 def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
     variant.check_supported()
     name = canonical_name(variant)
     provenance = {"ogsgen_version": __version__, "catalog": catalog_name, "variant": name,
                   **expected_provenance(variant)}
     fn_args = {kind: [ARG_PREFIX[kind] + a for a in spec.fn_arg_names] for kind, spec in variant.functions().items()}
-    do_not_specialize = sorted(ARG_PREFIX[kind] + a for kind, spec in variant.functions().items()
-                               for a in spec.fn_arg_do_not_specialize)
+    do_not_specialize = sorted([*_runtime_ints(variant), *(ARG_PREFIX[kind] + a for kind, spec in
+                                                           variant.functions().items()
+                                                           for a in spec.fn_arg_do_not_specialize)])
     source = environment().get_template(variant.template).render(
         variant=variant,
         name=name,

@@ -334,7 +334,7 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
                     stride_y_b=out.stride(-3) if out.ndim >= 3 else 0)
         grid_m = triton.cdiv(call.m, flags.block_m)
     if variant.gather:
-        args.update(GatherIndx=call.gather_indx.src_indx, N_EXPTS_ACT=call.routing.n_expts_act)
+        args.update(GatherIndx=call.gather_indx.src_indx, n_expts_act=call.routing.n_expts_act)
     if variant.scatter:
         args["WriteBackIndx"] = call.scatter_indx.dst_indx
     if variant.y_acc_in:
