@@ -1,7 +1,8 @@
-"""Command line: ``ogsgen build | list | show``."""
+"""Command line: ``ogsgen build | list | show | warmup``."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +24,17 @@ def _progress(done: int, total: int, name: str) -> None:
         end = "\n" if done == total else ""
         sys.stderr.write(f"\r\x1b[2K[{done:>{len(str(total))}}/{total}] {name}{end}")
         sys.stderr.flush()
+
+
+def _progress_bar(done: int, total: int, name: str) -> None:
+    """A bar on a terminal; in a log, one line per tenth done."""
+    width, filled = 30, 30 * done // total
+    line = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name}"
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r\x1b[2K{line}" + ("\n" if done == total else ""))
+    elif done == total or done * 10 // total != (done - 1) * 10 // total:
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def _cmd_build(args) -> int:
@@ -67,6 +79,21 @@ def _cmd_show(args) -> int:
     return 0
 
 
+def _cmd_warmup(args) -> int:
+    from .runtime.warmup import warmup
+
+    if args.path:  # the worker processes find user-built kernels through the environment
+        os.environ["OGSGEN_PATH"] = os.pathsep.join([str(Path(args.path).resolve()),
+                                                     *filter(None, [os.environ.get("OGSGEN_PATH")])])
+    names = [canonical_name(v) for v in select(_catalog(args), args.only)]
+    report = warmup(args.spec, names, jobs=args.jobs, progress=_progress_bar)
+    for description, error in report.failures:
+        print(f"failed: {description}: {error}")
+    print(f"ogsgen warmup: {report.done - len(report.failures)} of {report.done} launch configurations of "
+          f"{len(names)} variants compiled or found in Triton's cache in {report.seconds:.0f} s")
+    return 1 if report.failures else 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ogsgen", description="Generate specialized Triton MoE matmul kernels.")
     p.add_argument("--version", action="version", version=f"ogsgen {__version__}")
@@ -92,6 +119,12 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("name")
     show.add_argument("--spec", metavar="FILE", help="a user catalog file")
     show.set_defaults(run=_cmd_show)
+    w = sub.add_parser("warmup", help="compile the built variants for this GPU into Triton's cache, so that a "
+                                      "later process's first calls compile nothing")
+    add_catalog_args(w)
+    w.add_argument("--path", metavar="DIR", help="the folder the --spec catalog was built into (ogsgen build --out)")
+    w.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compiler processes")
+    w.set_defaults(run=_cmd_warmup)
     return p
 
 

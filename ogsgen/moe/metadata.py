@@ -54,7 +54,9 @@ class RaggedTensorMetadata:
         return self.block_schedule_data[self._row(block_size)]
 
 
-@triton.jit
+# Gate, expert and tile counts vary from call to call (and model to model): not specialized on, so that
+# one binary per BLOCK_E serves them all (and ogsgen warmup covers them).
+@triton.jit(do_not_specialize=["n_gates", "n_expts_tot"])
 def _expert_histogram(ExptIndx, Hist, n_gates, n_expts_tot, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     expert = tl.load(ExptIndx + offs, mask=offs < n_gates, other=-1)
@@ -63,7 +65,7 @@ def _expert_histogram(ExptIndx, Hist, n_gates, n_expts_tot, BLOCK: tl.constexpr)
     tl.atomic_add(Hist + tl.where(valid, expert, 0), 1, mask=valid, sem="relaxed")
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_expts_tot", "n_tiles"])
 def _ragged_metadata(Hist, SliceOffs, BlockOffs, BlockSchedule, n_expts_tot, n_tiles,
                      BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, SMALLEST_BLOCK: tl.constexpr):
     # Program (i, j): block size SMALLEST_BLOCK << i, schedule entries [j * BLOCK_T, (j + 1) * BLOCK_T).

@@ -306,7 +306,7 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
                 BLOCK_M=flags.block_m, BLOCK_N=flags.block_n, BLOCK_K=flags.block_k, GROUP_M=flags.group_m,
                 EVEN_K=call.k % flags.block_k == 0)
     if variant.can_split_k:
-        args.update(SPLIT_K=split_k, stride_y_s=out.stride(0) if split_k > 1 else 0)
+        args.update(split_k=split_k, stride_y_s=out.stride(0) if split_k > 1 else 0)
     flex = call.pc.flex_ctx
     if variant.w.scaling == "block_e8m0":
         scale = call.pc.weight_scale

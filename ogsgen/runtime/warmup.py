@@ -1,0 +1,224 @@
+"""``ogsgen warmup``: compile the built kernel variants for this GPU ahead of time.
+
+Triton compiles one binary per kernel, constexpr values, launch options and specialization of the
+integer and pointer arguments (1, a multiple of 16, other; 16-byte aligned or not), and keeps it in its
+on-disk cache (``TRITON_CACHE_DIR``): a later process that launches the same specialization loads the
+binary instead of compiling. Warm-up launches every built matmul variant once per launch configuration
+the opt-flags heuristic can choose (``reachable_flags``) and per K tail case (``EVEN_K``), through
+``matmul_ogs`` itself on small inputs whose integers fall in the classes real models give: sizes and
+strides multiples of 16, unit inner strides, aligned buffers, the operand layouts
+``prepare_expert_weights`` makes. Row counts and top-k are runtime arguments the kernels do not
+specialize on, so no batch size compiles anything afterwards.
+
+The routing kernels (histogram, ragged metadata) are warmed for up to 1024 experts.
+
+Not covered, compiled on first use: N or K not a multiple of 16, operands with other strides,
+enforce_bitwise_invariance, and custom functions whose runtime arguments are not floats (such calls
+are reported as failed, the rest goes on).
+"""
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import time
+from queue import Empty
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+
+from ..errors import OgsgenError
+from ..spec.variant import KernelVariant, canonical_name
+from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
+
+# Problem sizes whose heuristic choices span every configuration real calls reach: rows (tokens per
+# expert when ragged), N and K.
+_ROWS = (1, 8, 16, 32, 64, 128, 512, 4096, 65536)
+_NS = (512, 8192)
+_KS = (512, 8192)
+_EXPERTS = 128
+# Warm-up call sizes: multiples of 16; K_EVEN is a multiple of every block_k, K_TAIL of none above 16.
+_N, _K_EVEN, _K_TAIL, _TOKENS, _CALL_EXPERTS, _TOP_K = 256, 256, 272, 16, 4, 2
+
+
+@dataclass(frozen=True)
+class WarmupCall:
+    """One matmul_ogs call that launches ``variant`` with ``flags`` (and the companions the flags imply)."""
+    variant: KernelVariant
+    flags: OptFlags
+    k: int
+
+    def describe(self) -> str:
+        f = self.flags
+        return (f"{canonical_name(self.variant)} {f.block_m}x{f.block_n}x{f.block_k} w{f.num_warps} s{f.num_stages}"
+                f"{f' split{f.split_k}' if f.split_k > 1 else ''} K={self.k}")
+
+    def run(self, device) -> None:
+        _call(self, device)
+
+
+@dataclass(frozen=True)
+class RoutingWarmup:
+    """The MoE helper kernels (expert histogram, ragged metadata) for expert counts up to ``n_experts``,
+    one binary per power of two."""
+    n_experts: int
+
+    def describe(self) -> str:
+        return f"routing kernels, {self.n_experts} experts"
+
+    def run(self, device) -> None:
+        from ..moe.routing import routing
+
+        routing(torch.randn(_TOKENS, self.n_experts, device=device), 2)
+
+
+@dataclass
+class WarmupReport:
+    done: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def reachable_flags(variant: KernelVariant, n_sms: int) -> list[OptFlags]:
+    """The launch configurations ``matmul_ogs`` may pick for ``variant`` (at batch 1) on a GPU of ``n_sms`` SMs."""
+    itemsize = variant.x.torch_dtype.itemsize
+    w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
+    y_mx = variant.y.scaling == "block_e8m0"
+    can_split = not variant.scatter and not variant.y_acc_in
+    seen = {}
+    for rows, n, k in itertools.product(_ROWS, _NS, _KS):
+        if variant.ragged:
+            args = (rows * _EXPERTS, n, k, variant.reduction_n, _EXPERTS, rows)
+        else:
+            args = (rows, n, k, variant.reduction_n, None, 0)
+        flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx)
+        # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
+        seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
+    return list(seen)
+
+
+def warmup_calls(variants, n_sms: int) -> list:
+    """What warm-up runs: the routing kernels when any variant is ragged, then every matmul variant's calls."""
+    routing = [RoutingWarmup(1 << i) for i in range(4, 11)] if any(v.ragged for v in variants) else []
+    return routing + [WarmupCall(v, flags, k) for v in variants if v.family == "matmul"
+                      for flags in reachable_flags(v, n_sms) for k in (_K_EVEN, _K_TAIL)]
+
+
+def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device):
+    """w and the PrecisionConfig fields of its format, laid out as prepare_expert_weights lays them out."""
+    from ..moe.weights import prepare_expert_weights
+    from ..numerics.layouts import swizzle_mx_values
+    from .types import FlexCtx, InFlexData
+
+    fmt = variant.w
+    prepared = prepare_expert_weights(torch.randn(n_experts or 1, n, k, device=device),
+                                      format="mxfp4" if fmt.layout == "hopper" else fmt.name, value_layout="strided")
+    w, weight_scale, scale = prepared.w, prepared.weight_scale, prepared.scale
+    if n_experts is None:  # a dense call: one (K, N) matrix
+        w, weight_scale = w[0], weight_scale[0] if weight_scale is not None else None
+    fields = {"weight_scale": weight_scale} if weight_scale is not None else {}
+    if scale is not None:
+        fields["flex_ctx"] = FlexCtx(rhs_data=InFlexData(scale=scale))
+    return (swizzle_mx_values(w) if fmt.layout == "hopper" else w), fields
+
+
+def _call(wc: WarmupCall, device) -> None:
+    """One matmul_ogs call that launches ``wc`` (and the companion kernels its flags imply)."""
+    from ..moe.routing import routing
+    from .matmul import matmul_ogs
+    from .types import Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig
+
+    v, n, k = wc.variant, _N, wc.k
+    n_out = n // v.reduction_n
+    if v.ragged:
+        rd, gi, si = routing(torch.randn(_TOKENS, _CALL_EXPERTS, device=device), _TOP_K)
+        rows = _TOKENS * _TOP_K
+        x_rows, out_rows = (_TOKENS if v.gather else rows), (_TOKENS if v.scatter else rows)
+    else:
+        rd = gi = si = None
+        rows = x_rows = out_rows = 64
+    x = torch.randn(x_rows, k, device=device).to(v.x.torch_dtype)
+    w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device)
+    flex = fields.pop("flex_ctx", FlexCtx())
+    ones = torch.ones(1, device=device)
+    if v.x.scaling == "flexpoint":
+        flex = FlexCtx(InFlexData(scale=ones), flex.rhs_data)
+    if v.y.scaling == "flexpoint":
+        flex = FlexCtx(flex.lhs_data, flex.rhs_data, OutFlexData(expected_scale=ones, actual_scale=ones.clone()))
+    if v.y.scaling == "block_e8m0":
+        fields["out_scale"] = torch.empty(out_rows, -(-n_out // 32), dtype=torch.uint8, device=device)
+    lead = (_CALL_EXPERTS,) if v.ragged else ()
+    with opt_flags_constraints(**asdict(wc.flags)):
+        matmul_ogs(x, w, torch.randn(*lead, n, device=device) if v.bias else None, rd,
+                   gather_indx=gi if v.gather else None, scatter_indx=si if v.scatter else None,
+                   precision_config=PrecisionConfig(out_dtype=v.y.torch_dtype, flex_ctx=flex, **fields),
+                   betas=torch.rand(rows, device=device) if v.betas else None,
+                   gammas=torch.rand(rows, device=device) if v.gammas else None,
+                   y_acc_in=torch.zeros(out_rows, n_out, device=device).to(v.y.torch_dtype) if v.y_acc_in else None,
+                   fused_activation=FusedActivation(v.activation, (1.0,) * len(v.activation.fn_arg_names))
+                   if v.activation else None,
+                   epilogue=Epilogue(v.epilogue, (1.0,) * len(v.epilogue.fn_arg_names)) if v.epilogue else None)
+
+
+def _catalog_variants(spec: str | None, names: list[str]):
+    from ..spec.catalog import default_catalog, load_catalog_file
+
+    by_name = (load_catalog_file(spec) if spec else default_catalog()).by_name()
+    return [by_name[name] for name in names]
+
+
+def _run_share(spec, names, share, jobs, device_index, queue) -> None:
+    """Worker: make every ``jobs``-th warm-up call from ``share`` on, reporting (description, error or '')."""
+    torch.cuda.set_device(device_index)
+    device = torch.device("cuda", device_index)
+    n_sms = torch.cuda.get_device_properties(device_index).multi_processor_count
+    # The variants are rebuilt here from the catalog (their Triton functions do not pickle).
+    for wc in warmup_calls(_catalog_variants(spec, names), n_sms)[share::jobs]:
+        try:
+            wc.run(device)
+            torch.cuda.synchronize()
+            queue.put((wc.describe(), ""))
+        except Exception as exc:  # reported, not fatal: the other variants still warm up
+            queue.put((wc.describe(), f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+
+
+def warmup(spec: str | None, names: list[str], jobs: int = 1, progress=None) -> WarmupReport:
+    """Compile the named variants of a catalog (``spec``: a catalog file, None for the default one) for the
+    current CUDA GPU into Triton's cache, in ``jobs`` processes."""
+    if not torch.cuda.is_available():
+        raise OgsgenError("ogsgen warmup compiles for the current CUDA GPU, and there is none here (binaries are "
+                          "per GPU model: run it on the machine that will serve)")
+    device_index = torch.cuda.current_device()
+    n_sms = torch.cuda.get_device_properties(device_index).multi_processor_count
+    total = len(warmup_calls(_catalog_variants(spec, names), n_sms))
+    report, start = WarmupReport(), time.monotonic()
+    jobs = max(1, min(jobs, total))
+    context = multiprocessing.get_context("spawn")  # CUDA does not survive a fork
+    queue = context.Queue()
+    workers = [context.Process(target=_run_share, args=(spec, names, i, jobs, device_index, queue))
+               for i in range(jobs)]
+    for worker in workers:
+        worker.start()
+    try:
+        while report.done < total:
+            try:
+                description, error = queue.get(timeout=1.0)
+            except Empty:
+                if any(worker.is_alive() for worker in workers):
+                    continue
+                # A compiler abort kills its process (LLVM errors raise nothing): its unreported calls failed.
+                report.failures.append((f"{total - report.done} call(s)",
+                                        "a warm-up process died; rerun with --jobs 1 to see which"))
+                report.done = total
+                break
+            report.done += 1
+            if error:
+                report.failures.append((description, error))
+            if progress:
+                progress(report.done, total, description)
+    finally:
+        for worker in workers:
+            worker.join(timeout=5)
+            if worker.is_alive():
+                worker.terminate()
+    report.seconds = time.monotonic() - start
+    return report

@@ -1,0 +1,107 @@
+"""``ogsgen warmup``: which launches it makes, that each is a valid call, and (GPU) that afterwards a fresh
+process compiles nothing."""
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from ogsgen.runtime.opt_flags import make_opt_flags
+from ogsgen.runtime.warmup import RoutingWarmup, WarmupCall, reachable_flags, warmup_calls
+from ogsgen.spec.catalog import default_catalog
+
+DEFAULT = default_catalog().by_name()
+H200_SMS = 132
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_warmup_without_a_gpu_says_so():
+    done = subprocess.run([sys.executable, "-m", "ogsgen", "warmup", "--only", "ogs_matmul_xbf16_wbf16_ybf16"],
+                          capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"})
+    assert done.returncode == 2
+    assert "warmup compiles for the current CUDA GPU, and there is none here" in done.stderr
+
+
+@pytest.mark.parametrize("name,shapes", [
+    # (rows, N, K, experts, tokens per expert): gpt-oss w1/w2 and DeepSeek-V3 w1 at T = 1 .. 8192, dense.
+    ("ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu",
+     [(4 * t, 5760, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]),
+    ("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas",
+     [(4 * t, 2880, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]),
+    ("ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_act_swiglu",
+     [(8 * t, 4096, 7168, 256, max(1, 8 * t // 256)) for t in (1, 8, 32, 256, 2048, 8192)]),
+    ("ogs_matmul_xbf16_wbf16_ybf16", [(m, n, k, None, 0) for m, n, k in
+                                       [(8192, 8192, 8192), (4096, 5760, 2880), (64, 5760, 2880), (1, 4096, 4096),
+                                        (3, 128, 16384)]]),
+])
+def test_reachable_flags_include_what_real_calls_choose(name, shapes):
+    variant = DEFAULT[name]
+    reachable = reachable_flags(variant, H200_SMS)
+    w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
+    for rows, n, k, n_expts, per_expert in shapes:
+        flags = make_opt_flags(variant.x.torch_dtype.itemsize, 1, rows, n, k, variant.reduction_n, n_expts,
+                               per_expert, not variant.scatter, H200_SMS, w_mx_layout)
+        assert replace(flags, split_k=min(flags.split_k, 2)) in reachable, (rows, n, k, flags)
+
+
+def test_warmup_covers_every_matmul_variant_and_the_routing_kernels(device):
+    calls = warmup_calls(list(DEFAULT.values()), H200_SMS)
+    calls[0].run(device)  # the routing warm-up is a valid routing call
+    warmed = {c.variant for c in calls if isinstance(c, WarmupCall)}
+    assert warmed == {v for v in DEFAULT.values() if v.family == "matmul"}
+    assert [c.n_experts for c in calls if isinstance(c, RoutingWarmup)] == [16, 32, 64, 128, 256, 512, 1024]
+    for call in calls:
+        if isinstance(call, WarmupCall):  # both K tail cases of each configuration
+            assert call.k % call.flags.block_k == 0 or call.k % 16 == 0
+
+
+@pytest.mark.parametrize("name", sorted(n for n, v in DEFAULT.items() if v.family == "matmul"))
+def test_warmup_call_is_a_valid_matmul_ogs_call(name, device):
+    """Each variant's warm-up call goes through matmul_ogs's checks and launches (smallest configuration)."""
+    calls = [c for c in warmup_calls([DEFAULT[name]], H200_SMS) if isinstance(c, WarmupCall)]
+    smallest = min(calls, key=lambda c: (c.flags.block_m * c.flags.block_n, c.flags.split_k, c.k))
+    smallest.run(device)
+
+
+@pytest.mark.gpu
+def test_after_warmup_a_fresh_process_compiles_nothing(tmp_path):
+    """Warm two MoE variants and a dense one into an empty Triton cache; a second process then makes calls of
+    other sizes (tokens, experts, top-k, N, K) and must add nothing to the cache."""
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton-cache"),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    names = ["ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu",
+             "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas", "ogs_matmul_xbf16_wbf16_ybf16"]
+    for name in names:
+        done = subprocess.run([sys.executable, "-m", "ogsgen", "warmup", "--only", name, "--jobs", "8"],
+                              capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+    before = sorted(p.name for p in (tmp_path / "triton-cache").iterdir())
+    script = textwrap.dedent("""
+        import torch, ogsgen
+        from ogsgen.numerics import quantize_mx
+        act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+        for tokens, experts, k_act, n, k in [(1, 128, 4, 1024, 512), (37, 64, 2, 768, 1024), (300, 32, 8, 512, 256),
+                                             (2500, 128, 4, 1024, 512)]:
+            rd, gi, si = ogsgen.routing(torch.randn(tokens, experts, device="cuda"), k_act)
+            x = torch.randn(tokens, k, device="cuda").bfloat16()
+            w = torch.randn(experts, k, n, device="cuda").bfloat16()
+            b = torch.randn(experts, n, device="cuda")
+            h = ogsgen.matmul_ogs(x, w, b, rd, gather_indx=gi, fused_activation=act)
+            prepared = ogsgen.prepare_expert_weights(torch.randn(experts, k, n // 2, device="cuda"),
+                                                     torch.randn(experts, k, device="cuda"), format="mxfp4")
+            ogsgen.matmul_ogs(h, prepared.w, prepared.bias, rd, scatter_indx=si, gammas=rd.gate_scal.float(),
+                              precision_config=prepared.precision_config())
+        for m, n, k in [(1, 512, 512), (100, 4096, 1024), (5000, 2048, 4096), (64, 5760, 2880)]:
+            ogsgen.matmul_ogs(torch.randn(m, k, device="cuda").bfloat16(), torch.randn(k, n, device="cuda").bfloat16(), None)
+        torch.cuda.synchronize()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    after = sorted(p.name for p in (tmp_path / "triton-cache").iterdir())
+    new = sorted(set(after) - set(before))
+    compiled = [next((f.name for f in (tmp_path / "triton-cache" / entry).iterdir()), "?") for entry in new]
+    assert not new, f"compiled after warm-up: {compiled}"
