@@ -62,6 +62,8 @@ def test_warmup_covers_every_matmul_variant_and_the_routing_kernels(device):
 @pytest.mark.parametrize("name", sorted(n for n, v in DEFAULT.items() if v.family == "matmul"))
 def test_warmup_call_is_a_valid_matmul_ogs_call(name, device):
     """Each variant's warm-up call goes through matmul_ogs's checks and launches (smallest configuration)."""
+    if device == "cuda":
+        pytest.skip("a compile per variant; checked through the interpreter (the GPU warm-up test compiles for real)")
     calls = [c for c in warmup_calls([DEFAULT[name]], H200_SMS) if isinstance(c, WarmupCall)]
     smallest = min(calls, key=lambda c: (c.flags.block_m * c.flags.block_n, c.flags.split_k, c.k))
     smallest.run(device)
