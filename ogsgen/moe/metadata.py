@@ -28,10 +28,11 @@ MAX_BLOCKS = 1 << 15   # and the block index in the 15 bits above them
 
 
 def max_n_tiles(n_expts_tot: int, n_rows: int) -> int:
-    """Upper bound of the row tiles over all experts for the smallest block size."""
-    if n_rows <= n_expts_tot:
-        return n_rows
-    return triton.cdiv(n_rows - n_expts_tot + 1, BLOCK_SIZES[0]) + n_expts_tot - 1
+    """Upper bound of the row tiles over all experts for the smallest block size, rounded up to a multiple of
+    4: each block size's schedule row then starts 16-byte aligned, as the matmul kernels are compiled to
+    expect (an unaligned row would make Triton compile another specialization)."""
+    bound = n_rows if n_rows <= n_expts_tot else triton.cdiv(n_rows - n_expts_tot + 1, BLOCK_SIZES[0]) + n_expts_tot - 1
+    return triton.cdiv(bound, 4) * 4
 
 
 @dataclass
