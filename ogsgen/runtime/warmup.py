@@ -31,11 +31,12 @@ from ..spec.variant import KernelVariant, canonical_name
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
 
 # Problem sizes whose heuristic choices span every configuration real calls reach: rows (tokens per
-# expert when ragged), N and K.
+# expert when ragged), N (narrow ones, routers, only for dense calls), K, and expert counts (few experts
+# leave SMs idle where many fill them, which flips the wide-tile and split-K rules).
 _ROWS = (1, 8, 16, 32, 64, 128, 512, 4096, 65536)
-_NS = (512, 8192)
-_KS = (512, 8192)
-_EXPERTS = 128
+_NS, _NARROW_NS = (512, 8192), (16, 32, 64)
+_KS = (128, 512, 8192)
+_EXPERTS = (8, 128)
 # Warm-up call sizes: multiples of 16; K_EVEN is a multiple of every block_k, K_TAIL of none above 16.
 _N, _K_EVEN, _K_TAIL, _TOKENS, _CALL_EXPERTS, _TOP_K = 256, 256, 272, 16, 4, 2
 
@@ -85,9 +86,12 @@ def reachable_flags(variant: KernelVariant, n_sms: int) -> list[OptFlags]:
     y_mx = variant.y.scaling == "block_e8m0"
     can_split = not variant.scatter and not variant.y_acc_in
     seen = {}
-    for rows, n, k in itertools.product(_ROWS, _NS, _KS):
+    ns = _NS if variant.ragged else _NS + _NARROW_NS
+    for rows, n, k, experts in itertools.product(_ROWS, ns, _KS, _EXPERTS if variant.ragged else (None,)):
+        if n % variant.reduction_n or (y_mx and n // variant.reduction_n < 32):
+            continue
         if variant.ragged:
-            args = (rows * _EXPERTS, n, k, variant.reduction_n, _EXPERTS, rows)
+            args = (rows * experts, n, k, variant.reduction_n, experts, rows)
         else:
             args = (rows, n, k, variant.reduction_n, None, 0)
         flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx)
