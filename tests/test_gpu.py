@@ -125,6 +125,8 @@ def test_moe_layer_makes_no_host_synchronization():
 FORMAT_SHAPES = [  # name, m, n, k
     ("ogs_matmul_xbf16_wmxfp4_ybf16_bias", 4096, 5760, 2880),
     ("ogs_matmul_xbf16_wmxfp4_ybf16", 8, 5760, 2880),
+    ("ogs_matmul_xbf16_wmxfp4hopper_ybf16_bias", 4096, 5760, 2880),
+    ("ogs_matmul_xbf16_wmxfp4hopper_ybf16", 8, 5760, 2900),   # K = 2900: a padded last group
     ("ogs_matmul_xbf16_wmxfp8e4m3_ybf16", 1024, 4096, 4096),
     ("ogs_matmul_xbf16_wfp8e4m3_ybf16_bias", 1024, 4096, 4096),
     ("ogs_matmul_xfp8e4m3_wfp8e4m3_yfp8e4m3_bias", 4096, 4096, 4096),
@@ -141,6 +143,12 @@ FORMAT_MOE_SHAPES = [  # label, name, tokens, n, k, E, k_act
     ("gpt-oss w1 mxfp4", "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_gather_bias_act_swiglu", 2048, 5760, 2880, 128, 4),
     ("gpt-oss w2 mxfp4", "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_scatter_bias_gammas", 2048, 2880, 2880, 128, 4),
     ("gpt-oss w1 mxfp4 decode", "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_gather_bias_act_swiglu", 4, 5760, 2880, 128, 4),
+    ("gpt-oss w1 mxfp4 hopper", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu", 2048, 5760, 2880,
+     128, 4),
+    ("gpt-oss w2 mxfp4 hopper", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas", 2048, 2880, 2880,
+     128, 4),
+    ("gpt-oss w1 mxfp4 hopper decode", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu", 4, 5760,
+     2880, 128, 4),
     ("DeepSeek-V3 w1 fp8", "ogs_matmul_xfp8e4m3_wfp8e4m3_ybf16_ragged_gather_act_swiglu", 512, 4096, 7168, 256, 8),
     ("DeepSeek-V3 w2 fp8", "ogs_matmul_xfp8e4m3_wfp8e4m3_ybf16_ragged_scatter_gammas", 512, 7168, 2048, 256, 8),
     ("weight-only fp8 w1", "ogs_matmul_xbf16_wfp8e4m3_ybf16_ragged_gather_bias_act_swiglu", 1000, 4096, 1024, 8, 2),

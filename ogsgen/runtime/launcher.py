@@ -4,8 +4,8 @@ Triton's launch binds and specializes every argument, formats the options into a
 builds launch metadata on every call: tens of microseconds for our 30-argument kernels. Which
 compiled binary a call needs depends only on the constexpr values, the tensors' dtypes and 16-byte
 alignment, and the integers' specialization classes (1, a multiple of 16, beyond int32). ogsgen
-keys its own cache on exactly that, lets Triton compile (and launch) on a miss, and afterwards calls
-the compiled kernel's launcher directly.
+keys its own cache on a finer key (see ``_specialization_key``), lets Triton compile (and launch) on
+a miss, and afterwards calls the compiled kernel's launcher directly.
 
 The first call of each key, calls under Triton's interpreter, calls while launch hooks are installed
 (profilers) and Triton versions without this launcher interface take Triton's own path.
@@ -19,10 +19,11 @@ import torch
 from triton import knobs
 from triton.runtime.driver import driver
 
-_INT32 = range(-2**31, 2**31)
+_MAX_ENTRIES = 8192  # distinct integer values make distinct keys; a pathological caller only refills the cache
 _lock = threading.Lock()
 _compiled: dict[tuple, object] = {}
-_constexpr_flags: dict[object, tuple[bool, ...]] = {}
+_param_kinds: dict[object, tuple[int, ...]] = {}
+_CONSTEXPR, _SPECIALIZED, _UNSPECIALIZED = 0, 1, 2
 
 
 def _hooks_installed() -> bool:
@@ -30,24 +31,36 @@ def _hooks_installed() -> bool:
     return any(getattr(hook, "calls", hook) for hook in hooks)
 
 
+def _kinds(kernel) -> tuple[int, ...]:
+    kinds = _param_kinds.get(kernel)
+    if kinds is None:
+        kinds = tuple(_CONSTEXPR if p.is_constexpr else _UNSPECIALIZED if p.do_not_specialize else _SPECIALIZED
+                      for p in kernel.params)
+        _param_kinds[kernel] = kinds
+    return kinds
+
+
 def _specialization_key(kernel, values: tuple, options: dict, device: int) -> tuple:
-    flags = _constexpr_flags.get(kernel)
-    if flags is None:
-        flags = _constexpr_flags.setdefault(kernel, tuple(p.is_constexpr for p in kernel.params))
+    """A key that separates every pair of calls Triton would compile differently: constexprs and specialized
+    integers by value (finer than Triton's classes, and cheap), tensors by dtype and 16-byte alignment,
+    unspecialized integers by their 32/64-bit type only."""
     key = [kernel, device, *options.values()]
-    for is_constexpr, value in zip(flags, values):
-        if is_constexpr or value is None or isinstance(value, (bool, str)):
-            key.append(value)
-        elif isinstance(value, torch.Tensor):
-            key.append(value.dtype)
-            key.append(value.data_ptr() % 16 == 0)
-        elif isinstance(value, int):
-            key.append(1 if value == 1 else 16 if value % 16 == 0 else 0)
-            key.append(value in _INT32)
-        elif isinstance(value, float):
-            key.append(float)
-        else:  # anything else (a callable constexpr passed positionally) by identity
-            key.append(value)
+    append = key.append
+    for kind, value in zip(_kinds(kernel), values):
+        if kind == _SPECIALIZED:
+            if value.__class__ is int:
+                append(value)
+            elif isinstance(value, torch.Tensor):
+                append(value.dtype)
+                append(value.data_ptr() & 15)
+            elif value.__class__ is float:
+                append(float)
+            else:
+                append(value)
+        elif kind == _CONSTEXPR:
+            append(value)
+        else:
+            append(value.__class__ is int and not -2**31 <= value < 2**31)
     return tuple(key)
 
 
@@ -65,6 +78,8 @@ def launch(kernel, grid: tuple[int, int, int], args: dict, **options) -> None:
         compiled = kernel[grid](**args, **options)
         if all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata")):
             with _lock:
+                if len(_compiled) >= _MAX_ENTRIES:
+                    _compiled.clear()
                 _compiled[key] = compiled
         return
     run = compiled.run  # the first access loads the binary and sets .function

@@ -25,6 +25,10 @@ FP8_DTYPES = {torch.float8_e4m3fn: FP8_E4M3, torch.float8_e5m2: FP8_E5M2}
 MX_FP8_DTYPES = {torch.float8_e4m3fn: MXFP8_E4M3, torch.float8_e5m2: MXFP8_E5M2}
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)  # triton.cdiv costs microseconds per call on the host in recent Triton releases
+
+
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -195,7 +199,7 @@ def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n):
         _check_tensor(scale, f"precision_config.flex_ctx.out_data.{name}", dtype=torch.float32)
     if w_fmt.scaling == "block_e8m0":
         scale = pc.weight_scale
-        expected = (w_batch, triton.cdiv(k, MX_BLOCK), n) if w.ndim == 3 else (triton.cdiv(k, MX_BLOCK), n)
+        expected = (w_batch, _cdiv(k, MX_BLOCK), n) if w.ndim == 3 else (_cdiv(k, MX_BLOCK), n)
         _check_tensor(scale, "precision_config.weight_scale", dtype=torch.uint8)
         if tuple(scale.shape) != expected:
             raise SpecError(f"precision_config.weight_scale must hold one e8m0 byte per {MX_BLOCK} values of K: "
@@ -332,7 +336,7 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
     else:
         args.update(M=call.m, stride_x_b=x.stride(0) if x.ndim == 3 else 0,
                     stride_y_b=out.stride(-3) if out.ndim >= 3 else 0)
-        grid_m = triton.cdiv(call.m, flags.block_m)
+        grid_m = _cdiv(call.m, flags.block_m)
     if variant.gather:
         args.update(GatherIndx=call.gather_indx.src_indx, n_expts_act=call.routing.n_expts_act)
     if variant.scatter:
@@ -354,7 +358,7 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
                     **_fn_args("epilogue", call.epi.specs, call.epi.fn_arg_values_matmul))
     if variant.x.element == "fp32":
         args["DOT_PRECISION"] = "tf32" if call.pc.allow_tf32 else "ieee"
-    grid = (grid_m * triton.cdiv(call.n, flags.block_n), call.batch, split_k)
+    grid = (grid_m * _cdiv(call.n, flags.block_n), call.batch, split_k)
     launcher.launch(loader.kernel_for(variant), grid, args, num_warps=flags.num_warps, num_stages=flags.num_stages)
 
 
@@ -396,7 +400,7 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
         args.update(ACTIVATION_FN=call.act.specs.fn, **_fn_args("activation", call.act.specs, call.act.fn_args))
     if variant.epilogue:
         args.update(EPILOGUE_FN=call.epi.specs.fn, **_fn_args("epilogue", call.epi.specs, epilogue_values))
-    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), batch, 1)
+    grid = (_cdiv(m, block_m) * _cdiv(n, block_n), batch, 1)
     launcher.launch(loader.kernel_for(variant), grid, args, num_warps=4)
 
 
@@ -477,7 +481,7 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         if tuple(buffer.shape) != out_shape and tuple(buffer.shape) != (1, out_rows, n_out):
             raise SpecError(f"{name} must have shape {out_shape}, got {tuple(buffer.shape)}")
     if y_fmt.scaling == "block_e8m0":
-        expected = out_shape[:-1] + (triton.cdiv(n_out, MX_BLOCK),)
+        expected = out_shape[:-1] + (_cdiv(n_out, MX_BLOCK),)
         _check_tensor(pc.out_scale, "precision_config.out_scale", dtype=torch.uint8)
         if tuple(pc.out_scale.shape) != expected:
             raise SpecError(f"precision_config.out_scale must hold one e8m0 byte per {MX_BLOCK} output columns: "
@@ -522,7 +526,9 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
                            scatter_indx is None and y_acc_in is None, n_sms,
                            w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                            pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
-    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+    # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
+    other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
+    with torch.cuda.device(x.device) if other_device else contextlib.nullcontext():
         if scatter_indx is not None and routing_data.n_expts_act > 1:
             matmul_variant, reduce_variant = topk_plan(variant)
             scratch = torch.empty((m, n_out), dtype=matmul_variant.y.torch_dtype, device=x.device)

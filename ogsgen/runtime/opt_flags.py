@@ -63,10 +63,10 @@ def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
     """Row tiles of a launch: cdiv(m, block_m), or for ragged rows over n_expts experts the host-side
     upper bound (each expert wastes at most one partial tile)."""
     if n_expts is None:
-        return triton.cdiv(m, block_m)
+        return -(-m // block_m)
     if m <= n_expts:
         return m
-    return triton.cdiv(m - n_expts + 1, block_m) + n_expts - 1
+    return -(-(m - n_expts + 1) // block_m) + n_expts - 1
 
 
 def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout) -> OptFlags:
