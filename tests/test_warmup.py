@@ -100,7 +100,8 @@ def test_after_warmup_a_fresh_process_compiles_nothing(tmp_path):
                               scatter_indx=si,
                               gammas=rd.gate_scal.float(), precision_config=pc)
         for m, n, k in [(1, 512, 512), (100, 4096, 1024), (5000, 2048, 4096), (64, 5760, 2880)]:
-            ogsgen.matmul_ogs(torch.randn(m, k, device="cuda").bfloat16(), torch.randn(k, n, device="cuda").bfloat16(), None)
+            x, w = torch.randn(m, k, device="cuda").bfloat16(), torch.randn(k, n, device="cuda").bfloat16()
+            ogsgen.matmul_ogs(x, w, None)
         torch.cuda.synchronize()
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
@@ -115,3 +116,12 @@ def _signature(entry: Path) -> str:
     for ttir in entry.glob("*.ttir"):
         return next((line.strip()[:600] for line in ttir.read_text().splitlines() if "tt.func" in line), ttir.name)
     return ", ".join(f.name for f in entry.iterdir())
+
+
+def test_warmup_progress_in_a_log_prints_a_line_per_tenth(capsys):
+    from ogsgen.cli import _progress_bar
+
+    for done in range(1, 41):
+        _progress_bar(done, 40, f"call {done}")
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 10 and lines[-1].startswith("[" + "#" * 30 + "] 40/40 call 40")

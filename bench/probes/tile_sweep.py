@@ -64,7 +64,8 @@ def main():
     for name, size, tiles in sweep(args.format):
         fn, flops = case_fn(name, size, args.format)
         for tile in [None, *tiles]:
-            row = dict(case=f"{name} {args.format} {size}", tile="heuristic" if tile is None else "x".join(map(str, tile)))
+            row = dict(case=f"{name} {args.format} {size}",
+                       tile="heuristic" if tile is None else "x".join(map(str, tile)))
             try:
                 if tile is None:
                     run = fn

@@ -21,8 +21,8 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import time
-from queue import Empty
 from dataclasses import asdict, dataclass, field, replace
+from queue import Empty
 
 import torch
 
@@ -54,13 +54,46 @@ class WarmupCall:
                 f"{f' split{f.split_k}' if f.split_k > 1 else ''} K={self.k}")
 
     def run(self, device) -> None:
-        _call(self, device)
+        from ..moe.routing import routing
+        from .matmul import matmul_ogs
+        from .types import Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig
+
+        v, n, k = self.variant, _N, self.k
+        n_out = n // v.reduction_n
+        if v.ragged:
+            rd, gi, si = routing(torch.randn(_TOKENS, _CALL_EXPERTS, device=device), _TOP_K)
+            rows = _TOKENS * _TOP_K
+            x_rows, out_rows = (_TOKENS if v.gather else rows), (_TOKENS if v.scatter else rows)
+        else:
+            rd = gi = si = None
+            rows = x_rows = out_rows = 64
+        x = torch.randn(x_rows, k, device=device).to(v.x.torch_dtype)
+        w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device)
+        flex = fields.pop("flex_ctx", FlexCtx())
+        ones = torch.ones(1, device=device)
+        if v.x.scaling == "flexpoint":
+            flex = FlexCtx(InFlexData(scale=ones), flex.rhs_data)
+        if v.y.scaling == "flexpoint":
+            flex = FlexCtx(flex.lhs_data, flex.rhs_data, OutFlexData(expected_scale=ones, actual_scale=ones.clone()))
+        if v.y.scaling == "block_e8m0":
+            fields["out_scale"] = torch.empty(out_rows, -(-n_out // 32), dtype=torch.uint8, device=device)
+        lead = (_CALL_EXPERTS,) if v.ragged else ()
+        with opt_flags_constraints(**asdict(self.flags)):
+            matmul_ogs(x, w, torch.randn(*lead, n, device=device) if v.bias else None, rd,
+                       gather_indx=gi if v.gather else None, scatter_indx=si if v.scatter else None,
+                       precision_config=PrecisionConfig(out_dtype=v.y.torch_dtype, flex_ctx=flex, **fields),
+                       betas=torch.rand(rows, device=device) if v.betas else None,
+                       gammas=torch.rand(rows, device=device) if v.gammas else None,
+                       y_acc_in=torch.zeros(out_rows, n_out, device=device).to(v.y.torch_dtype) if v.y_acc_in else None,
+                       fused_activation=FusedActivation(v.activation, (1.0,) * len(v.activation.fn_arg_names))
+                       if v.activation else None,
+                       epilogue=Epilogue(v.epilogue, (1.0,) * len(v.epilogue.fn_arg_names)) if v.epilogue else None)
 
 
 @dataclass(frozen=True)
 class RoutingWarmup:
-    """The MoE helper kernels (expert histogram, ragged metadata) for expert counts up to ``n_experts``,
-    one binary per power of two."""
+    """The MoE helper kernels (expert histogram, ragged metadata) for expert counts in (n_experts / 2,
+    n_experts]: they compile one binary per power of two."""
     n_experts: int
 
     def describe(self) -> str:
@@ -123,44 +156,6 @@ def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, devi
     if scale is not None:
         fields["flex_ctx"] = FlexCtx(rhs_data=InFlexData(scale=scale))
     return (swizzle_mx_values(w) if fmt.layout == "hopper" else w), fields
-
-
-def _call(wc: WarmupCall, device) -> None:
-    """One matmul_ogs call that launches ``wc`` (and the companion kernels its flags imply)."""
-    from ..moe.routing import routing
-    from .matmul import matmul_ogs
-    from .types import Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig
-
-    v, n, k = wc.variant, _N, wc.k
-    n_out = n // v.reduction_n
-    if v.ragged:
-        rd, gi, si = routing(torch.randn(_TOKENS, _CALL_EXPERTS, device=device), _TOP_K)
-        rows = _TOKENS * _TOP_K
-        x_rows, out_rows = (_TOKENS if v.gather else rows), (_TOKENS if v.scatter else rows)
-    else:
-        rd = gi = si = None
-        rows = x_rows = out_rows = 64
-    x = torch.randn(x_rows, k, device=device).to(v.x.torch_dtype)
-    w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device)
-    flex = fields.pop("flex_ctx", FlexCtx())
-    ones = torch.ones(1, device=device)
-    if v.x.scaling == "flexpoint":
-        flex = FlexCtx(InFlexData(scale=ones), flex.rhs_data)
-    if v.y.scaling == "flexpoint":
-        flex = FlexCtx(flex.lhs_data, flex.rhs_data, OutFlexData(expected_scale=ones, actual_scale=ones.clone()))
-    if v.y.scaling == "block_e8m0":
-        fields["out_scale"] = torch.empty(out_rows, -(-n_out // 32), dtype=torch.uint8, device=device)
-    lead = (_CALL_EXPERTS,) if v.ragged else ()
-    with opt_flags_constraints(**asdict(wc.flags)):
-        matmul_ogs(x, w, torch.randn(*lead, n, device=device) if v.bias else None, rd,
-                   gather_indx=gi if v.gather else None, scatter_indx=si if v.scatter else None,
-                   precision_config=PrecisionConfig(out_dtype=v.y.torch_dtype, flex_ctx=flex, **fields),
-                   betas=torch.rand(rows, device=device) if v.betas else None,
-                   gammas=torch.rand(rows, device=device) if v.gammas else None,
-                   y_acc_in=torch.zeros(out_rows, n_out, device=device).to(v.y.torch_dtype) if v.y_acc_in else None,
-                   fused_activation=FusedActivation(v.activation, (1.0,) * len(v.activation.fn_arg_names))
-                   if v.activation else None,
-                   epilogue=Epilogue(v.epilogue, (1.0,) * len(v.epilogue.fn_arg_names)) if v.epilogue else None)
 
 
 def _catalog_variants(spec: str | None, names: list[str]):
