@@ -8,7 +8,7 @@ keys its own cache on a finer key (see ``_specialization_key``), lets Triton com
 a miss, and afterwards calls the compiled kernel's launcher directly.
 
 The first call of each key, calls under Triton's interpreter, calls while launch hooks are installed
-(profilers) and Triton versions without this launcher interface take Triton's own path.
+(profilers) and Triton releases whose launcher convention was not checked take Triton's own path.
 """
 from __future__ import annotations
 
@@ -16,8 +16,14 @@ import os
 import threading
 
 import torch
+import triton
 from triton import knobs
 from triton.runtime.driver import driver
+
+# CompiledKernel.run(grid x, y, z, stream, function, packed metadata, launch metadata, enter hook, exit hook,
+# *arguments): the convention of the releases whose runtime/jit.py was read (3.6, 3.9); others are not assumed.
+_CHECKED_RELEASES = ((3, 6), (3, 9))
+_FAST_PATH = tuple(int(part) for part in triton.__version__.split(".")[:2]) in _CHECKED_RELEASES
 
 _MAX_ENTRIES = 8192  # distinct integer values make distinct keys; a pathological caller only refills the cache
 _lock = threading.Lock()
@@ -68,7 +74,7 @@ def launch(kernel, grid: tuple[int, int, int], args: dict, **options) -> None:
     """``kernel[grid](**args, **options)`` (options: num_warps, num_stages), cached. ``args`` names every
     parameter of the kernel."""
     values = tuple(args[name] for name in kernel.arg_names)  # a missing argument fails here, on every path
-    if os.environ.get("TRITON_INTERPRET", "0") == "1" or _hooks_installed():
+    if not _FAST_PATH or os.environ.get("TRITON_INTERPRET", "0") == "1" or _hooks_installed():
         kernel[grid](**args, **options)
         return
     device = torch.cuda.current_device()
