@@ -218,6 +218,9 @@ def test_hopper_layout_errors(device):
     with pytest.raises(ogsgen.InapplicableConstraint, match="block_k must be a multiple of 64"):
         with ogsgen.opt_flags_constraints(block_k=32):
             matmul_ogs(x, swizzled, None, precision_config=pc)
+    cut = SwizzledMxValues(swizzled.data[:-1], swizzled.k, swizzled.layout, swizzled.capability)
+    with pytest.raises(ogsgen.SpecError, match=r"does not hold K=64 values in the hopper layout \(uint8, \(\.\.\., 32"):
+        matmul_ogs(x, cut, None, precision_config=pc)
     with pytest.raises(ogsgen.SpecError, match="values must be packed mxfp4"):
         swizzle_mx_values(values[0].float())
     with pytest.raises(ogsgen.SpecError, match="capability .7, 5. has none"):

@@ -12,7 +12,7 @@ import triton
 from ..codegen.render import ARG_PREFIX
 from ..errors import SpecError, UnsupportedError
 from ..moe.metadata import make_ragged_tensor_metadata
-from ..numerics.layouts import SwizzledMxValues
+from ..numerics.layouts import HOPPER_GROUP, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, split_k_plan, topk_plan
@@ -101,7 +101,13 @@ def _reinterpret(tensor, flex_dtype, name):
 
 
 def _unwrap_swizzled(w, x):
-    """(values tensor, its format, logical K) of a swizzled ``w``; checks it was made for x's GPU."""
+    """(values tensor, its format, logical K) of a swizzled ``w``; checks it is whole and made for x's GPU."""
+    data = w.data
+    if w.layout != "hopper" or not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 \
+            or data.ndim not in (2, 3) or data.shape[-2] != _cdiv(w.k, HOPPER_GROUP) * HOPPER_GROUP // 2:
+        raise SpecError(f"w is a SwizzledMxValues whose data does not hold K={w.k} values in the hopper layout "
+                        f"(uint8, (..., {_cdiv(w.k, HOPPER_GROUP) * HOPPER_GROUP // 2}, N)); make it with "
+                        f"ogsgen.swizzle_mx_values")
     if x.is_cuda:
         capability = torch.cuda.get_device_capability(x.device)
         if capability[0] != w.capability[0]:
