@@ -31,8 +31,8 @@ from ..spec.variant import KernelVariant, canonical_name
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
 
 # Problem sizes whose heuristic choices span every configuration real calls reach: rows (tokens per
-# expert when ragged), N (narrow ones, routers, only for dense calls), K, and expert counts (few experts
-# leave SMs idle where many fill them, which flips the wide-tile and split-K rules).
+# expert when ragged), N (narrow ones only for dense calls with plain weights: routers), K, and expert
+# counts (few experts leave SMs idle where many fill them, which flips the wide-tile and split-K rules).
 _ROWS = (1, 8, 16, 32, 64, 128, 512, 4096, 65536)
 _NS, _NARROW_NS = (512, 8192), (16, 32, 64)
 _KS = (128, 512, 8192)
@@ -119,7 +119,8 @@ def reachable_flags(variant: KernelVariant, n_sms: int) -> list[OptFlags]:
     y_mx = variant.y.scaling == "block_e8m0"
     can_split = not variant.scatter and not variant.y_acc_in
     seen = {}
-    ns = _NS if variant.ragged else _NS + _NARROW_NS
+    router_like = not variant.ragged and variant.w.scaling == "none"
+    ns = _NS + _NARROW_NS if router_like else _NS
     for rows, n, k, experts in itertools.product(_ROWS, ns, _KS, _EXPERTS if variant.ragged else (None,)):
         if n % variant.reduction_n or (y_mx and n // variant.reduction_n < 32):
             continue
