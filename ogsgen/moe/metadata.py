@@ -52,7 +52,12 @@ class RaggedTensorMetadata:
         return self.block_offs_data[self._row(block_size)]
 
     def block_schedule(self, block_size: int) -> torch.Tensor:
-        return self.block_schedule_data[self._row(block_size)]
+        # Row views are made once per schedule tensor (indexing costs microseconds on every call).
+        cached = self.__dict__.get("_schedule_rows")
+        if cached is None or cached[0] is not self.block_schedule_data:
+            cached = (self.block_schedule_data, self.block_schedule_data.unbind(0))
+            self.__dict__["_schedule_rows"] = cached
+        return cached[1][self._row(block_size)]
 
 
 # Gate, expert and tile counts vary from call to call (and model to model): not specialized on, so that

@@ -55,20 +55,20 @@ def _check_tensor(value, name: str, ndims=None, dtype=None):
 
 def _check_vector(value, name: str, length: int, dtype):
     """A contiguous 1-D tensor of ``length`` elements of ``dtype`` (indices, betas, gammas)."""
-    if value is None:
-        return
+    if value is None or (value.__class__ is torch.Tensor and value.dtype == dtype and value.shape == (length,)
+                         and (length < 2 or value.stride(0) == 1)):
+        return  # the common case in one expression: this runs for every index tensor of every call
     _check_tensor(value, name, ndims=(1,), dtype=dtype)
     if value.shape[0] != length or (value.stride(0) != 1 and length > 1):
         raise SpecError(f"{name} must be a contiguous {dtype} vector of length {length}, got shape "
                         f"{tuple(value.shape)} and stride {value.stride()}")
 
 
-def _check_devices(**tensors):
-    present = {name: t.device for name, t in tensors.items() if isinstance(t, torch.Tensor)}
-    first_name, device = next(iter(present.items()))
-    for name, other in present.items():
-        if other != device:
-            raise SpecError(f"{name} is on {other} but {first_name} is on {device}; move all tensors to one device")
+def _check_devices(x, **others):
+    device = x.device
+    for name, t in others.items():
+        if t is not None and t.device != device:
+            raise SpecError(f"{name} is on {t.device} but x is on {device}; move all tensors to one device")
     if device.type != "cuda" and not _interpreting():
         raise SpecError(f"x is on {device}; matmul_ogs runs on a CUDA device "
                         f"(on the CPU only through Triton's interpreter, TRITON_INTERPRET=1)")
@@ -410,6 +410,10 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
     launcher.launch(loader.kernel_for(variant), grid, args, num_warps=4)
 
 
+# Shared defaults (building them costs microseconds per call); matmul_ogs never mutates its arguments.
+_DEFAULT_PRECISION, _NO_ACTIVATION, _NO_EPILOGUE = PrecisionConfig(), FusedActivation(), Epilogue()
+
+
 def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, precision_config=None,
                betas=None, gammas=None, out_alpha=None, y=None, fused_comm=None, fused_activation=None,
                epilogue=None, y_acc_in=None, inner_routing_data=None):
@@ -422,9 +426,9 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     columns and dtype ``precision_config.out_dtype`` or x.dtype; a preallocated ``y`` (any strides)
     is written and returned.
     """
-    pc = precision_config if precision_config is not None else PrecisionConfig()
-    act = fused_activation if fused_activation is not None else FusedActivation()
-    epi = epilogue if epilogue is not None else Epilogue()
+    pc = precision_config if precision_config is not None else _DEFAULT_PRECISION
+    act = fused_activation if fused_activation is not None else _NO_ACTIVATION
+    epi = epilogue if epilogue is not None else _NO_EPILOGUE
     _reject_unsupported(fused_comm, inner_routing_data, pc)
     _check_tensor(x, "x", ndims=(2, 3))
     if not isinstance(w, SwizzledMxValues):
