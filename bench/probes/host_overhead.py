@@ -13,26 +13,20 @@ import argparse
 import cProfile
 import io
 import pstats
-import time
+import sys
 from pathlib import Path
 
 import torch
 
-import ogsgen
-from ogsgen.runtime import launcher
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_moe import host_overhead_us  # noqa: E402  (the benchmark's own host-time loop)
+
+import ogsgen  # noqa: E402
+from ogsgen.runtime import launcher  # noqa: E402
 
 
-def per_call_us(fn, calls=2000):
-    fn()
-    torch.cuda.synchronize()
-    total = 0.0
-    for _ in range(calls // 20):
-        start = time.perf_counter()
-        for _ in range(20):
-            fn()
-        total += time.perf_counter() - start
-        torch.cuda.synchronize()
-    return total / calls * 1e6
+def per_call_us(fn):
+    return host_overhead_us(fn, calls=2000)
 
 
 def main():

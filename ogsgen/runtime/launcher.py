@@ -12,13 +12,13 @@ The first call of each key, calls under Triton's interpreter, calls while launch
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import torch
 import triton
 from triton import knobs
 from triton.runtime.driver import driver
+from triton.runtime.jit import JITFunction
 
 # CompiledKernel.run(grid x, y, z, stream, function, packed metadata, launch metadata, enter hook, exit hook,
 # *arguments): the convention of the releases whose runtime/jit.py was read (3.6, 3.9); others are not assumed.
@@ -74,7 +74,8 @@ def launch(kernel, grid: tuple[int, int, int], args: dict, **options) -> None:
     """``kernel[grid](**args, **options)`` (options: num_warps, num_stages), cached. ``args`` names every
     parameter of the kernel."""
     values = tuple(args[name] for name in kernel.arg_names)  # a missing argument fails here, on every path
-    if not _FAST_PATH or os.environ.get("TRITON_INTERPRET", "0") == "1" or _hooks_installed():
+    # Interpreted kernels (TRITON_INTERPRET=1) are not JITFunctions: they always take Triton's path.
+    if not _FAST_PATH or not isinstance(kernel, JITFunction) or _hooks_installed():
         kernel[grid](**args, **options)
         return
     device = torch.cuda.current_device()
