@@ -126,7 +126,8 @@ def test_reduction_n_power_of_two():
 @pytest.mark.parametrize("constraints,message", [({"block_q": 16}, "unknown key 'block_q'"),
                                                  ({"block_m": 48}, "must be a power of two"),
                                                  ({"block_k": 8}, "at least 16"),
-                                                 ({"num_warps": 0}, "positive int")])
+                                                 ({"num_warps": 0}, "positive int"),
+                                                 ({"persistent": 2}, "persistent must be True or False")])
 def test_bad_constraints(constraints, message):
     with pytest.raises(ogsgen.InapplicableConstraint, match=message):
         with ogsgen.opt_flags_constraints(**constraints):
@@ -141,6 +142,23 @@ def test_ragged_block_m_constraint_is_inapplicable(device):
     with ogsgen.opt_flags_constraints(block_m=256):
         with pytest.raises(ogsgen.InapplicableConstraint, match="block_m=256: ragged rows need block_m in"):
             matmul_ogs(x, w, None, rd, gather_indx=gi)
+
+
+def test_persistent_constraint_names_what_blocks_it(device):
+    from ogsgen.moe import routing
+    rd, gi, _ = routing(torch.randn(8, 4, device=device), 2)
+    x = torch.randn(8, 16, device=device, dtype=torch.float16)
+    w = torch.randn(4, 16, 32, device=device, dtype=torch.float16)
+    with ogsgen.opt_flags_constraints(persistent=True):
+        with pytest.raises(ogsgen.InapplicableConstraint, match="persistent=True: .* has no persistent kernel: .*"
+                                                                "no gather_indx"):
+            matmul_ogs(x, w, None, rd, gather_indx=gi)
+        with pytest.raises(ogsgen.InapplicableConstraint, match=r"TMA needs x 16-byte aligned, contiguous along its "
+                                                                r"last dimension .* pass x.contiguous\(\)"):
+            matmul_ogs(torch.randn(16, 8, device=device, dtype=torch.float16).T, w[0], None)
+        with pytest.raises(ogsgen.InapplicableConstraint, match="the persistent kernel does not split K"):
+            with ogsgen.opt_flags_constraints(split_k=2):
+                matmul_ogs(x, w[0], None, precision_config=ogsgen.PrecisionConfig(out_dtype=torch.float32))
 
 
 def test_constraints_are_scoped():

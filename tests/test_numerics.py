@@ -21,9 +21,9 @@ def record_loaded_variants():
     """Record every variant these tests launch, to check that the default catalog is covered."""
     original = loader.kernel_for
 
-    def recording(variant):
-        LOADED.add(canonical_name(variant))
-        return original(variant)
+    def recording(variant, persistent=False):
+        LOADED.add(canonical_name(variant) + ("_persistent" if persistent else ""))
+        return original(variant, persistent)
 
     loader.kernel_for = recording
     yield
@@ -74,9 +74,26 @@ def test_default_moe_variant(name, device):
             run_moe_case(variant, 9, 32, 100, 4, 2, device, split_k=2)
 
 
+PERSISTENT = sorted(name for name, v in DEFAULT.items() if v.has_persistent_kernel)
+
+
+@pytest.mark.parametrize("name", PERSISTENT)
+def test_persistent_kernel(name, device):
+    # Small tiles: every program loops over several tiles (the interpreter runs three programs), and M, N and K
+    # all have tails, which TMA zero-fills (K = 56 and 40 are multiples of 8, as TMA's 16-byte strides need).
+    variant = DEFAULT[name]
+    with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
+        if variant.ragged:
+            run_moe_case(variant, 23, 64, 40, 4, 2, device)
+        else:
+            run_case(variant, 37, 72, 56, device, allow_tf32=False)
+            run_case(variant, 20, 40, 24, device, batch=3, allow_tf32=False)
+
+
 def test_every_default_variant_was_launched():
     # Runs after the parametrized tests above (pytest keeps file order).
-    missing = sorted(set(DEFAULT) - LOADED)
+    expected = set(DEFAULT) | {name + "_persistent" for name in PERSISTENT}
+    missing = sorted(expected - LOADED)
     assert not missing, f"default variants no test launched: {missing}"
 
 

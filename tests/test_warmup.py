@@ -32,6 +32,8 @@ def test_warmup_without_a_gpu_says_so():
      [(4 * t, 5760, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]),
     ("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas",
      [(4 * t, 2880, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]),
+    ("ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_gammas",  # gpt-oss w2 bf16: the persistent kernel from T=2048
+     [(4 * t, 2880, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]),
     ("ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_act_swiglu",
      [(8 * t, 4096, 7168, 256, max(1, 8 * t // 256)) for t in (1, 8, 32, 256, 2048, 8192)]),
     ("ogs_matmul_xbf16_wbf16_ybf16", [(m, n, k, None, 0) for m, n, k in
@@ -44,7 +46,8 @@ def test_reachable_flags_include_what_real_calls_choose(name, shapes):
     w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
     for rows, n, k, n_expts, per_expert in shapes:
         flags = make_opt_flags(variant.x.torch_dtype.itemsize, 1, rows, n, k, variant.reduction_n, n_expts,
-                               per_expert, not variant.scatter, H200_SMS, w_mx_layout)
+                               per_expert, not variant.scatter, H200_SMS, w_mx_layout,
+                               persistent_blocker=None if variant.has_persistent_kernel else "none")
         assert replace(flags, split_k=min(flags.split_k, 2)) in reachable, (rows, n, k, flags)
 
 

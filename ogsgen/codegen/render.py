@@ -119,9 +119,12 @@ class RenderedKernel:
         return {"path": self.filename, "sha256": self.sha256, "spec": self.variant.describe(), **self.provenance}
 
 
-def _runtime_ints(variant: KernelVariant) -> list[str]:
-    """Integer arguments that change from call to call with the number of tokens. Triton does not specialize
-    on them, so one compiled kernel serves every batch size (and ``ogsgen warmup`` covers all of them)."""
+def _runtime_ints(variant: KernelVariant, persistent: bool = False) -> list[str]:
+    """Integer arguments that change from call to call with the number of tokens (or with the model, for the
+    persistent kernel's expert count and program count). Triton does not specialize on them, so one compiled
+    kernel serves every batch size (and ``ogsgen warmup`` covers all of them)."""
+    if persistent:
+        return ["n_expts_tot", "n_programs"] if variant.ragged else ["M", "n_batches", "n_programs"]
     if variant.family == "reduce" or not variant.ragged:
         return ["M"]
     return ["n_row_tiles", *(["n_expts_act"] if variant.gather else [])]
@@ -133,16 +136,15 @@ def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
     provenance = {"ogsgen_version": __version__, "catalog": catalog_name, "variant": name,
                   **expected_provenance(variant)}
     fn_args = {kind: [ARG_PREFIX[kind] + a for a in spec.fn_arg_names] for kind, spec in variant.functions().items()}
-    do_not_specialize = sorted([*_runtime_ints(variant), *(ARG_PREFIX[kind] + a for kind, spec in
-                                                           variant.functions().items()
-                                                           for a in spec.fn_arg_do_not_specialize)])
+    fn_ints = [ARG_PREFIX[kind] + a for kind, spec in variant.functions().items() for a in spec.fn_arg_do_not_specialize]
     source = environment().get_template(variant.template).render(
         variant=variant,
         name=name,
         provenance=provenance,
         act_args=fn_args.get("activation", []),
         epi_args=fn_args.get("epilogue", []),
-        do_not_specialize=do_not_specialize,
+        do_not_specialize=sorted(_runtime_ints(variant) + fn_ints),
+        persistent_do_not_specialize=sorted(_runtime_ints(variant, persistent=True) + fn_ints),
         x_tl_dtype=_TL_DTYPE[variant.x.element],
         y_tl_dtype=_TL_DTYPE[variant.y.element],
         y_max_finite=_MAX_FINITE.get(variant.y.element, ""),

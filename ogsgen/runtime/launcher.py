@@ -19,6 +19,7 @@ import triton
 from triton import knobs
 from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 # CompiledKernel.run(grid x, y, z, stream, function, packed metadata, launch metadata, enter hook, exit hook,
 # *arguments): the convention of the releases whose runtime/jit.py was read (3.6, 3.9); others are not assumed.
@@ -49,7 +50,7 @@ def _kinds(kernel) -> tuple[int, ...]:
 def _specialization_key(kernel, values: tuple, options: dict, device: int) -> tuple:
     """A key that separates every pair of calls Triton would compile differently: constexprs and specialized
     integers by value (finer than Triton's classes, and cheap), tensors by dtype and 16-byte alignment,
-    unspecialized integers by their 32/64-bit type only."""
+    unspecialized integers by their 32/64-bit type only, tensor descriptors by dtype and block shape."""
     key = [kernel, device, *options.values()]
     append = key.append
     for kind, value in zip(_kinds(kernel), values):
@@ -61,6 +62,8 @@ def _specialization_key(kernel, values: tuple, options: dict, device: int) -> tu
                 append(value.data_ptr() & 15)
             elif value.__class__ is float:
                 append(float)
+            elif value.__class__ is TensorDescriptor:  # Triton specializes on its dtype and block shape
+                append((value.base.dtype, *value.block_shape, value.padding))
             else:
                 append(value)
         elif kind == _CONSTEXPR:

@@ -31,7 +31,7 @@ log = logging.getLogger("ogsgen")
 
 _lock = threading.RLock()
 _extra_dirs: list[Path] = []
-_kernels: dict[KernelVariant, object] = {}
+_kernels: dict[tuple[KernelVariant, bool], object] = {}
 _modules_by_sha: dict[str, object] = {}
 _on_demand: bool | None = None
 
@@ -133,13 +133,14 @@ def _load(variant: KernelVariant):
         f"ogsgen.add_search_path(DIR)); or set OGSGEN_ON_DEMAND=1 to generate it on demand")
 
 
-def kernel_for(variant: KernelVariant):
-    """The ``@triton.jit`` kernel of a variant, imported once per process."""
-    kernel = _kernels.get(variant)
+def kernel_for(variant: KernelVariant, persistent: bool = False):
+    """The ``@triton.jit`` kernel of a variant (or its persistent kernel), imported once per process."""
+    key = (variant, persistent)
+    kernel = _kernels.get(key)
     if kernel is None:
         with _lock:
-            kernel = _kernels.get(variant)
+            kernel = _kernels.get(key)
             if kernel is None:
-                kernel = getattr(_load(variant), canonical_name(variant))
-                _kernels[variant] = kernel
+                kernel = getattr(_load(variant), canonical_name(variant) + ("_persistent" if persistent else ""))
+                _kernels[key] = kernel
     return kernel

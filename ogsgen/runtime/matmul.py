@@ -8,6 +8,7 @@ from functools import lru_cache
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..codegen.render import ARG_PREFIX
 from ..errors import SpecError, UnsupportedError
@@ -15,7 +16,7 @@ from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.layouts import HOPPER_GROUP, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
-from ..spec.variant import KernelVariant, split_k_plan, topk_plan
+from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan
 from . import launcher, loader
 from .opt_flags import current_constraints, make_opt_flags, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
@@ -174,6 +175,28 @@ def _unsupported_formats(x_fmt, w_fmt, y_fmt) -> str:
     return ""
 
 
+@lru_cache(maxsize=None)
+def _has_tma(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
+def _persistent_blocker(variant: KernelVariant, x: torch.Tensor, w: torch.Tensor) -> str | None:
+    """None when this call can run the variant's persistent TMA kernel, else why it cannot."""
+    if not variant.has_persistent_kernel:
+        return (f"{canonical_name(variant)} has no persistent kernel: it needs plain bf16 or fp16 x and w of one "
+                f"format, and no gather_indx (Hopper's TMA cannot gather rows)")
+    if x.is_cuda and not _has_tma(x.device.index):
+        return "the persistent kernel loads tiles by TMA, which needs a GPU of compute capability 9.0 or later"
+    for name, tensor in (("x", x), ("w", w)):
+        strides = tensor.stride()
+        if strides[-1] != 1 or tensor.data_ptr() % 16 or any(stride * tensor.element_size() % 16
+                                                             for stride in strides[:-1]):
+            return (f"TMA needs {name} 16-byte aligned, contiguous along its last dimension and with its other "
+                    f"strides multiples of 16 bytes (got strides {tuple(strides)}); pass {name}.contiguous() "
+                    f"(and K, N multiples of 8)")
+    return None
+
+
 def _check_fp8_hardware(device) -> None:
     capability = torch.cuda.get_device_capability(device)
     if capability < (8, 9):
@@ -307,44 +330,20 @@ def _fn_args(kind: str, specs, values) -> dict:
 def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, *, bias, betas, gammas,
                    y_acc_in, out_alpha, split_k: int = 1):
     """One matmul kernel writing ``out``: (M, N) / (B, M, N) rows, or (S, B, M, N) fp32 partials."""
-    x, w = call.x, call.w
     ragged = variant.ragged
-    args = dict(X=x, stride_x_m=x.stride(-2), stride_x_k=x.stride(-1),
-                W=w, stride_w_b=w.stride(0) if w.ndim == 3 else 0, stride_w_k=w.stride(-2), stride_w_n=w.stride(-1),
-                Y=out, stride_y_m=out.stride(-2), stride_y_n=out.stride(-1),
+    if flags.persistent:
+        args, grid = _persistent_operand_args(variant, call, flags)
+    else:
+        args, grid = _tiled_operand_args(variant, call, flags, out, split_k)
+    args.update(Y=out, stride_y_m=out.stride(-2), stride_y_n=out.stride(-1),
                 out_alpha=1.0 if out_alpha is None else float(out_alpha), N=call.n, K=call.k,
-                BLOCK_M=flags.block_m, BLOCK_N=flags.block_n, BLOCK_K=flags.block_k, GROUP_M=flags.group_m,
-                EVEN_K=call.k % flags.block_k == 0)
-    if variant.can_split_k:
-        args.update(split_k=split_k, stride_y_s=out.stride(0) if split_k > 1 else 0)
-    flex = call.pc.flex_ctx
-    if variant.w.scaling == "block_e8m0":
-        scale = call.pc.weight_scale
-        args.update(WMxScale=scale, stride_wmx_b=scale.stride(0) if scale.ndim == 3 else 0,
-                    stride_wmx_k=scale.stride(-2), stride_wmx_n=scale.stride(-1))
-    if variant.x.scaling == "flexpoint":
-        args["XScale"] = flex.lhs_data.scale
-    if variant.w.scaling == "flexpoint":
-        scale = flex.rhs_data.scale
-        args.update(WScale=scale, stride_wscale_b=1 if scale is not None and scale.numel() > 1 else 0)
-    if variant.x.bits == 8 and variant.w.scaling == "flexpoint":
-        args["MAX_NUM_IMPRECISE_ACC"] = call.pc.max_num_imprecise_acc
+                BLOCK_M=flags.block_m, BLOCK_N=flags.block_n, BLOCK_K=flags.block_k, GROUP_M=flags.group_m)
+    if not ragged:
+        args.update(M=call.m, stride_y_b=out.stride(-3) if out.ndim >= 3 else 0)
     if variant.y.scaling == "flexpoint":
         args.update(_flex_output_args(call.pc, ragged))
     if variant.y.scaling == "block_e8m0":
         args.update(_mx_output_args(call.pc, ragged))
-    if ragged:
-        meta = call.routing.expt_data
-        n_tiles = row_tiles(call.m, flags.block_m, call.routing.n_expts_tot)
-        args.update(SliceSizes=meta.slice_sizes, SliceOffs=meta.slice_offs,
-                    BlockSchedule=meta.block_schedule(flags.block_m), n_row_tiles=n_tiles)
-        grid_m = n_tiles
-    else:
-        args.update(M=call.m, stride_x_b=x.stride(0) if x.ndim == 3 else 0,
-                    stride_y_b=out.stride(-3) if out.ndim >= 3 else 0)
-        grid_m = _cdiv(call.m, flags.block_m)
-    if variant.gather:
-        args.update(GatherIndx=call.gather_indx.src_indx, n_expts_act=call.routing.n_expts_act)
     if variant.scatter:
         args["WriteBackIndx"] = call.scatter_indx.dst_indx
     if variant.y_acc_in:
@@ -362,10 +361,67 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
     if variant.epilogue:
         args.update(EPILOGUE_FN=call.epi.specs.fn,
                     **_fn_args("epilogue", call.epi.specs, call.epi.fn_arg_values_matmul))
+    kernel = loader.kernel_for(variant, persistent=flags.persistent)
+    launcher.launch(kernel, grid, args, num_warps=flags.num_warps, num_stages=flags.num_stages)
+
+
+def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, split_k: int):
+    """Operand arguments and grid of the one-program-per-tile kernel: pointers and strides."""
+    x, w = call.x, call.w
+    args = dict(X=x, stride_x_m=x.stride(-2), stride_x_k=x.stride(-1),
+                W=w, stride_w_b=w.stride(0) if w.ndim == 3 else 0, stride_w_k=w.stride(-2), stride_w_n=w.stride(-1),
+                EVEN_K=call.k % flags.block_k == 0)
+    if variant.can_split_k:
+        args.update(split_k=split_k, stride_y_s=out.stride(0) if split_k > 1 else 0)
+    flex = call.pc.flex_ctx
+    if variant.w.scaling == "block_e8m0":
+        scale = call.pc.weight_scale
+        args.update(WMxScale=scale, stride_wmx_b=scale.stride(0) if scale.ndim == 3 else 0,
+                    stride_wmx_k=scale.stride(-2), stride_wmx_n=scale.stride(-1))
+    if variant.x.scaling == "flexpoint":
+        args["XScale"] = flex.lhs_data.scale
+    if variant.w.scaling == "flexpoint":
+        scale = flex.rhs_data.scale
+        args.update(WScale=scale, stride_wscale_b=1 if scale is not None and scale.numel() > 1 else 0)
+    if variant.x.bits == 8 and variant.w.scaling == "flexpoint":
+        args["MAX_NUM_IMPRECISE_ACC"] = call.pc.max_num_imprecise_acc
     if variant.x.element == "fp32":
         args["DOT_PRECISION"] = "tf32" if call.pc.allow_tf32 else "ieee"
-    grid = (grid_m * _cdiv(call.n, flags.block_n), call.batch, split_k)
-    launcher.launch(loader.kernel_for(variant), grid, args, num_warps=flags.num_warps, num_stages=flags.num_stages)
+    if variant.ragged:
+        meta = call.routing.expt_data
+        n_tiles = row_tiles(call.m, flags.block_m, call.routing.n_expts_tot)
+        args.update(SliceSizes=meta.slice_sizes, SliceOffs=meta.slice_offs,
+                    BlockSchedule=meta.block_schedule(flags.block_m), n_row_tiles=n_tiles)
+        grid_m = n_tiles
+    else:
+        args.update(stride_x_b=x.stride(0) if x.ndim == 3 else 0)
+        grid_m = _cdiv(call.m, flags.block_m)
+    if variant.gather:
+        args.update(GatherIndx=call.gather_indx.src_indx, n_expts_act=call.routing.n_expts_act)
+    return args, (grid_m * _cdiv(call.n, flags.block_n), call.batch, split_k)
+
+
+def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags):
+    """Operand arguments and grid of the persistent kernel: TMA descriptors of x (batch, rows, K) and
+    w (experts or batch, K, N), and at most one program per SM."""
+    x, w = call.x, call.w
+    x3, w3 = (x if x.ndim == 3 else x.unsqueeze(0)), (w if w.ndim == 3 else w.unsqueeze(0))
+    args = dict(XDesc=TensorDescriptor.from_tensor(x3, [1, flags.block_m, flags.block_k]),
+                WDesc=TensorDescriptor.from_tensor(w3, [1, flags.block_k, flags.block_n]))
+    if variant.ragged:
+        meta = call.routing.expt_data
+        n_expts = call.routing.n_expts_tot
+        args.update(SliceSizes=meta.slice_sizes, SliceOffs=meta.slice_offs, BlockOffs=meta.block_offs(flags.block_m),
+                    BlockSchedule=meta.block_schedule(flags.block_m), n_expts_tot=n_expts)
+        tiles = row_tiles(call.m, flags.block_m, n_expts)
+    else:
+        args["n_batches"] = call.batch
+        tiles = call.batch * _cdiv(call.m, flags.block_m)
+    tiles *= _cdiv(call.n, flags.block_n)
+    # One program per SM; the interpreter (CPU) gets three, so that its programs, too, loop over tiles.
+    n_programs = max(1, min(tiles, _sm_count(x.device.index) if x.is_cuda else 3))
+    args["n_programs"] = n_programs
+    return args, (n_programs, 1, 1)
 
 
 def _flex_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
@@ -535,7 +591,8 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     flags = make_opt_flags(x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt,
                            scatter_indx is None and y_acc_in is None, n_sms,
                            w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
-                           pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
+                           pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints(),
+                           _persistent_blocker(variant, x, w))
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     with torch.cuda.device(x.device) if other_device else contextlib.nullcontext():

@@ -25,6 +25,7 @@ class OptFlags:
     num_warps: int
     num_stages: int
     split_k: int = 1
+    persistent: bool = False  # the variant's persistent TMA kernel (one program per SM) instead of one per tile
 
 
 CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
@@ -42,6 +43,11 @@ def opt_flags_constraints(**constraints):
     for key, value in constraints.items():
         if key not in CONSTRAINT_KEYS:
             raise InapplicableConstraint(f"opt_flags_constraints: unknown key {key!r}; known keys: {CONSTRAINT_KEYS}")
+        if key == "persistent":
+            if value not in (True, False):
+                raise InapplicableConstraint(f"opt_flags_constraints: persistent must be True or False, got {value!r}")
+            constraints[key] = bool(value)
+            continue
         if not isinstance(value, int) or value < 1:
             raise InapplicableConstraint(f"opt_flags_constraints: {key} must be a positive int, got {value!r}")
         if key in _POWER_OF_TWO_KEYS and value & (value - 1):
@@ -69,7 +75,8 @@ def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
     return -(-(m - n_expts + 1) // block_m) + n_expts - 1
 
 
-def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout) -> OptFlags:
+def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout,
+               can_persist) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
@@ -87,6 +94,11 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # dense matmul is 30% slower with them (23 tiles for 132 SMs).
         block_n = 256
         block_k, num_warps, num_stages = (32, 8, 5) if block_m == 128 else (64, 4, 4)
+        if can_persist:
+            # The persistent TMA kernel, measured on the H200 (bench/probes/tma_persistent.py, bench/NOTES.md):
+            # 128x256x64 with 3 stages is 5-14% faster than the tiles above (gpt-oss w2 T=8192 1322 -> 1158 us,
+            # dense 4096x5760x2880 227 -> 216 us), also with 64 rows per expert; neutral at 8192^3.
+            return OptFlags(128, 256, 64, group_m=8, num_warps=8, num_stages=3, persistent=True)
     if w_mx_layout == "hopper":
         # Whole 64-row K groups per tile, and one 64-row wgmma tile of W^T per warpgroup: then the upcast
         # feeds the MMA from registers (sm_90 SASS: wider W tiles per warpgroup go through shared memory).
@@ -111,16 +123,18 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
 @lru_cache(maxsize=4096)
 def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_n: int, n_expts: int | None,
                    tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx_layout: str | None = None,
-                   bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = ()) -> OptFlags:
+                   bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = (),
+                   persistent_blocker: str | None = "no persistent kernel was asked for") -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
     ``w_mx_layout``: None for unscaled or flexpoint w, else the MX values' layout ("strided", "hopper").
     ``bitwise_invariant``: fixed row blocks and no split K, so that a row's result does not depend
-    on the rows around it.
+    on the rows around it. ``persistent_blocker``: None when the call may use the variant's persistent
+    TMA kernel, else why not (the error message for a ``persistent=True`` constraint).
     """
     flags = _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
-                       n_sms, w_mx_layout)
+                       n_sms, w_mx_layout, persistent_blocker is None and not bitwise_invariant)
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4)
     if y_mx:  # each output tile holds whole 32-column scale blocks
@@ -140,6 +154,10 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if w_mx_layout is not None and flags.block_k % 32:
         raise InapplicableConstraint(f"block_k={flags.block_k}: mx weights carry one scale per 32 rows of K, so "
                                      f"block_k must be a multiple of 32")
+    if flags.persistent and persistent_blocker is not None:
+        raise InapplicableConstraint(f"persistent=True: {persistent_blocker}")
+    if flags.persistent and flags.split_k > 1:
+        raise InapplicableConstraint("the persistent kernel does not split K; use split_k=1 with persistent=True")
     if flags.split_k > 1 and not can_split:
         raise InapplicableConstraint(f"split_k={flags.split_k} cannot be combined with scatter_indx or y_acc_in; "
                                      f"use split_k=1")

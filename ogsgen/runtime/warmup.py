@@ -51,7 +51,7 @@ class WarmupCall:
     def describe(self) -> str:
         f = self.flags
         return (f"{canonical_name(self.variant)} {f.block_m}x{f.block_n}x{f.block_k} w{f.num_warps} s{f.num_stages}"
-                f"{f' split{f.split_k}' if f.split_k > 1 else ''} K={self.k}")
+                f"{f' split{f.split_k}' if f.split_k > 1 else ''}{' persistent' if f.persistent else ''} K={self.k}")
 
     def run(self, device) -> None:
         from ..moe.routing import routing
@@ -112,12 +112,14 @@ class WarmupReport:
     seconds: float = 0.0
 
 
-def reachable_flags(variant: KernelVariant, n_sms: int) -> list[OptFlags]:
-    """The launch configurations ``matmul_ogs`` may pick for ``variant`` (at batch 1) on a GPU of ``n_sms`` SMs."""
+def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> list[OptFlags]:
+    """The launch configurations ``matmul_ogs`` may pick for ``variant`` (at batch 1) on a GPU of ``n_sms`` SMs
+    (``tma``: with TMA, i.e. Hopper or later, where persistent kernels run)."""
     itemsize = variant.x.torch_dtype.itemsize
     w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
     y_mx = variant.y.scaling == "block_e8m0"
     can_split = not variant.scatter and not variant.y_acc_in
+    persistent_blocker = None if tma and variant.has_persistent_kernel else "no persistent kernel here"
     seen = {}
     router_like = not variant.ragged and variant.w.scaling == "none"
     ns = _NS + _NARROW_NS if router_like else _NS
@@ -128,17 +130,24 @@ def reachable_flags(variant: KernelVariant, n_sms: int) -> list[OptFlags]:
             args = (rows * experts, n, k, variant.reduction_n, experts, rows)
         else:
             args = (rows, n, k, variant.reduction_n, None, 0)
-        flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx)
+        flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx,
+                               persistent_blocker=persistent_blocker)
         # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
         seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
     return list(seen)
 
 
-def warmup_calls(variants, n_sms: int) -> list:
+def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
     """What warm-up runs: the routing kernels when any variant is ragged, then every matmul variant's calls."""
     routing = [RoutingWarmup(1 << i) for i in range(4, 11)] if any(v.ragged for v in variants) else []
     return routing + [WarmupCall(v, flags, k) for v in variants if v.family == "matmul"
-                      for flags in reachable_flags(v, n_sms) for k in (_K_EVEN, _K_TAIL)]
+                      for flags in reachable_flags(v, n_sms, tma) for k in (_K_EVEN, _K_TAIL)]
+
+
+def _gpu(device_index: int) -> tuple[int, bool]:
+    """(SM count, TMA available) of a CUDA device: what the opt-flags heuristic decides on."""
+    return (torch.cuda.get_device_properties(device_index).multi_processor_count,
+            torch.cuda.get_device_capability(device_index)[0] >= 9)
 
 
 def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device):
@@ -170,9 +179,8 @@ def _run_share(spec, names, share, jobs, device_index, queue) -> None:
     """Worker: make every ``jobs``-th warm-up call from ``share`` on, reporting (description, error or '')."""
     torch.cuda.set_device(device_index)
     device = torch.device("cuda", device_index)
-    n_sms = torch.cuda.get_device_properties(device_index).multi_processor_count
     # The variants are rebuilt here from the catalog (their Triton functions do not pickle).
-    for wc in warmup_calls(_catalog_variants(spec, names), n_sms)[share::jobs]:
+    for wc in warmup_calls(_catalog_variants(spec, names), *_gpu(device_index))[share::jobs]:
         try:
             wc.run(device)
             torch.cuda.synchronize()
@@ -188,8 +196,7 @@ def warmup(spec: str | None, names: list[str], jobs: int = 1, progress=None) -> 
         raise OgsgenError("ogsgen warmup compiles for the current CUDA GPU, and there is none here (binaries are "
                           "per GPU model: run it on the machine that will serve)")
     device_index = torch.cuda.current_device()
-    n_sms = torch.cuda.get_device_properties(device_index).multi_processor_count
-    total = len(warmup_calls(_catalog_variants(spec, names), n_sms))
+    total = len(warmup_calls(_catalog_variants(spec, names), *_gpu(device_index)))
     report, start = WarmupReport(), time.monotonic()
     jobs = max(1, min(jobs, total))
     context = multiprocessing.get_context("spawn")  # CUDA does not survive a fork
