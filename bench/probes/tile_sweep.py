@@ -1,9 +1,11 @@
 """Probe: which launch parameters the matmul_ogs kernels want on this GPU, per shape and weight format.
 
     PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|mxfp4|mxfp4-strided]
+        [--cases "gpt-oss w1:256" ...] [--tiles 16x256x128x8x3 ...]
 
 Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
-tile and writes OUT/tile_sweep.csv (CUDA-graph medians). The heuristic in ogsgen/runtime/opt_flags.py is tuned
+tile and writes OUT/tile_sweep_FORMAT.csv (CUDA-graph medians, and each tile's largest difference from the
+heuristic's output relative to its largest magnitude, a check that the tile computes the same result). The heuristic in ogsgen/runtime/opt_flags.py is tuned
 from these numbers; bench/NOTES.md records them.
 """
 from __future__ import annotations
@@ -37,11 +39,12 @@ MX_CASES = [("gpt-oss w1", 1), ("gpt-oss w1", 256), ("gpt-oss w2", 256), ("gpt-o
             ("gpt-oss w2", 8192)]
 
 
-def sweep(weight_format):
-    """(case, size, tiles) to time for a weight format."""
+def sweep(weight_format, cases=None, tiles=None):
+    """(case, size, tiles) to time for a weight format (``cases``, ``tiles``: replace the built-in lists)."""
     if weight_format == "bf16":
-        return [(name, size, TILES) for name, size in CASES]
-    return [(name, size, MX_DECODE_TILES if size <= 256 else MX_LARGE_TILES) for name, size in MX_CASES]
+        return [(name, size, tiles or TILES) for name, size in cases or CASES]
+    return [(name, size, tiles or (MX_DECODE_TILES if size <= 256 else MX_LARGE_TILES))
+            for name, size in cases or MX_CASES]
 
 
 def case_fn(name, size, weight_format):
@@ -58,11 +61,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", default="bf16", choices=["bf16", "mxfp4", "mxfp4-strided"])
+    parser.add_argument("--cases", nargs="+", help='MoE cases as "shape:tokens" (default: the built-in list)')
+    parser.add_argument("--tiles", nargs="+", help="tiles as BMxBNxBKxWARPSxSTAGES (default: the built-in list)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    cases = [(c.rsplit(":", 1)[0], int(c.rsplit(":", 1)[1])) for c in args.cases] if args.cases else None
+    tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles] if args.tiles else None
     rows = []
-    for name, size, tiles in sweep(args.format):
+    for name, size, tiles in sweep(args.format, cases, tiles):
         fn, flops = case_fn(name, size, args.format)
+        reference = fn().float()
         for tile in [None, *tiles]:
             row = dict(case=f"{name} {args.format} {size}",
                        tile="heuristic" if tile is None else "x".join(map(str, tile)))
@@ -77,9 +85,10 @@ def main():
                     def run(constraints=constraints):
                         with ogsgen.opt_flags_constraints(**constraints):
                             return fn()
-                run()
+                diff = (run().float() - reference).abs().max() / reference.abs().max()
                 ms = do_bench_cudagraph(run, rep=100, return_mode="median")
-                row.update(us=round(ms * 1e3, 1), tflops=round(flops / ms / 1e9, 1))
+                row.update(us=round(ms * 1e3, 1), tflops=round(flops / ms / 1e9, 1),
+                           diff_vs_heuristic=f"{diff.item():.1e}")
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
             rows.append(row)
