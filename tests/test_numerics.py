@@ -90,6 +90,22 @@ def test_persistent_kernel(name, device):
             run_case(variant, 20, 40, 24, device, batch=3, allow_tf32=False)
 
 
+def test_heuristic_falls_back_to_the_tiled_kernel_where_tma_cannot_read_x(device, monkeypatch):
+    # A shape the heuristic runs persistently (on the interpreter, or on a GPU with TMA); x transposed has no
+    # TMA descriptor (its last stride is not 1), so the same call takes the tiled kernel, with the same result.
+    launched = []
+    original = loader.kernel_for
+    monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(persistent) or
+                        original(variant, persistent))
+    if device == "cuda" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("no TMA on this GPU: the persistent kernel is never chosen")
+    variant = DEFAULT["ogs_matmul_xbf16_wbf16_ybf16_bias"]
+    m, n, k = (4096, 2048, 256) if device == "cuda" else (128, 256, 256)  # on a GPU, tiles for every SM
+    run_case(variant, m, n, k, device)
+    run_case(variant, m, n, k, device, x_transposed=True)
+    assert launched == [True, False]
+
+
 def test_every_default_variant_was_launched():
     # Runs after the parametrized tests above (pytest keeps file order).
     expected = set(DEFAULT) | {name + "_persistent" for name in PERSISTENT}

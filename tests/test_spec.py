@@ -1,5 +1,7 @@
 """The specification layer: function identity, formats, variants and canonical names."""
 import importlib.util
+import pickle
+import subprocess
 import sys
 
 import pytest
@@ -129,3 +131,14 @@ def test_variant_rules():
     assert len(product) == 3  # betas without bias skipped
     with pytest.raises(SpecError, match="unknown features"):
         variant_product([(BF16, BF16, BF16)], biases=(True,))
+
+
+def test_variant_hash_is_cached_but_not_pickled():
+    variant = KernelVariant(BF16, BF16, BF16, ragged=True, gammas=True)
+    assert hash(variant) == hash(variant) == hash(KernelVariant(BF16, BF16, BF16, ragged=True, gammas=True))
+    # A variant pickled here and loaded in another process (other string hashes) must hash as that process's own.
+    script = ("import pickle, sys; from ogsgen.spec import KernelVariant; from ogsgen.spec.formats import BF16; "
+              "v = pickle.loads(sys.stdin.buffer.read()); "
+              "print(hash(v) == hash(KernelVariant(BF16, BF16, BF16, ragged=True, gammas=True)))")
+    done = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(variant), capture_output=True)
+    assert done.stdout.strip() == b"True", done.stderr

@@ -16,7 +16,7 @@ from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.layouts import HOPPER_GROUP, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
-from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan
+from ..spec.variant import KernelVariant, split_k_plan, topk_plan
 from . import launcher, loader
 from .opt_flags import current_constraints, make_opt_flags, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
@@ -175,19 +175,30 @@ def _unsupported_formats(x_fmt, w_fmt, y_fmt) -> str:
     return ""
 
 
+_NO_PERSISTENT_KERNEL = ("this call's kernel variant has no persistent kernel: that needs plain bf16 or fp16 x and w "
+                         "of one format, and no gather_indx (Hopper's TMA cannot gather rows)")
+
+
 @lru_cache(maxsize=None)
 def _has_tma(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
-def _persistent_blocker(variant: KernelVariant, x: torch.Tensor, w: torch.Tensor) -> str | None:
-    """None when this call can run the variant's persistent TMA kernel, else why it cannot."""
+def _persistent_blocker(variant: KernelVariant, x: torch.Tensor) -> str | None:
+    """None when the variant's persistent TMA kernel can run on x's device, else why it cannot. (Whether x and w
+    suit TMA is checked only for calls that pick the kernel: ``_tma_blocker``.)"""
     if not variant.has_persistent_kernel:
-        return (f"{canonical_name(variant)} has no persistent kernel: it needs plain bf16 or fp16 x and w of one "
-                f"format, and no gather_indx (Hopper's TMA cannot gather rows)")
+        return _NO_PERSISTENT_KERNEL
     if x.is_cuda and not _has_tma(x.device.index):
         return "the persistent kernel loads tiles by TMA, which needs a GPU of compute capability 9.0 or later"
+    return None
+
+
+def _tma_blocker(x: torch.Tensor, w: torch.Tensor) -> str | None:
+    """None when TMA descriptors can describe x and w, else what to change."""
     for name, tensor in (("x", x), ("w", w)):
+        if tensor.is_contiguous() and not (tensor.shape[-1] * tensor.element_size() % 16 or tensor.data_ptr() % 16):
+            continue  # the common case, checked cheaply: every stride is a multiple of the row's 16-byte size
         strides = tensor.stride()
         if strides[-1] != 1 or tensor.data_ptr() % 16 or any(stride * tensor.element_size() % 16
                                                              for stride in strides[:-1]):
@@ -588,11 +599,12 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         tokens_per_expt = routing_data.expected_tokens_per_expt or max(1, m // n_expts)
     n_sms = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) \
         if x.is_cuda else None
-    flags = make_opt_flags(x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt,
-                           scatter_indx is None and y_acc_in is None, n_sms,
-                           w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
-                           pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints(),
-                           _persistent_blocker(variant, x, w))
+    flag_args = (x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt,
+                 scatter_indx is None and y_acc_in is None, n_sms, w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
+                 pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
+    flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x))
+    if flags.persistent and (tma_blocker := _tma_blocker(x, w)) is not None:
+        flags = make_opt_flags(*flag_args, tma_blocker)  # the tiled kernel, or the error if persistent was forced
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     with torch.cuda.device(x.device) if other_device else contextlib.nullcontext():

@@ -17,8 +17,8 @@ them, and catalogs include them automatically (:func:`companions`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from dataclasses import dataclass, fields, replace
+from functools import cached_property, lru_cache
 
 from ..errors import SpecError, UnsupportedError
 from .formats import BF16, FP32, NumericFormat
@@ -79,6 +79,18 @@ class KernelVariant:
             if self.w != self.x:
                 raise SpecError("KernelVariant: a reduce kernel has no w; set w to x's format")
 
+    def __hash__(self) -> int:
+        # Variants key the loader's and the launch path's caches on every call: hash the fields once.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            self.__dict__["_hash"] = cached
+        return cached
+
+    def __getstate__(self) -> dict:
+        # String hashes differ between processes: a pickled variant rehashes where it is loaded.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def features(self) -> tuple[str, ...]:
         return tuple(f for f in FEATURES if getattr(self, f))
@@ -97,7 +109,7 @@ class KernelVariant:
         return (self.family == "matmul" and self.y == FP32 and not self.scatter and not self.y_acc_in
                 and not self.gammas and self.activation is None and self.epilogue is None)
 
-    @property
+    @cached_property  # read on every matmul_ogs call
     def has_persistent_kernel(self) -> bool:
         """Whether the variant also has a persistent kernel fed by TMA (``<name>_persistent``, for Hopper and
         later): plain 16-bit x and w of one format, whose tiles go to the MMA as loaded, and x rows read in
