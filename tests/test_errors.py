@@ -156,6 +156,8 @@ def test_persistent_constraint_names_what_blocks_it(device):
         with pytest.raises(ogsgen.InapplicableConstraint, match=r"TMA needs x 16-byte aligned, contiguous along its "
                                                                 r"last dimension .* pass x.contiguous\(\)"):
             matmul_ogs(torch.randn(16, 8, device=device, dtype=torch.float16).T, w[0], None)
+        with pytest.raises(ogsgen.InapplicableConstraint, match=r"x is empty \(shape \(8, 0\)\): a TMA descriptor"):
+            matmul_ogs(x[:, :0], w[0, :0], torch.zeros(32, device=device))
         with pytest.raises(ogsgen.InapplicableConstraint, match="the persistent kernel does not split K"):
             with ogsgen.opt_flags_constraints(split_k=2):
                 matmul_ogs(x, w[0], None, precision_config=ogsgen.PrecisionConfig(out_dtype=torch.float32))

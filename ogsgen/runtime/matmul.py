@@ -197,6 +197,8 @@ def _persistent_blocker(variant: KernelVariant, x: torch.Tensor) -> str | None:
 def _tma_blocker(x: torch.Tensor, w: torch.Tensor) -> str | None:
     """None when TMA descriptors can describe x and w, else what to change."""
     for name, tensor in (("x", x), ("w", w)):
+        if tensor.numel() == 0:
+            return f"{name} is empty (shape {tuple(tensor.shape)}): a TMA descriptor needs every dimension >= 1"
         if tensor.is_contiguous() and not (tensor.shape[-1] * tensor.element_size() % 16 or tensor.data_ptr() % 16):
             continue  # the common case, checked cheaply: every stride is a multiple of the row's 16-byte size
         strides = tensor.stride()
