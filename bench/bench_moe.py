@@ -1,6 +1,7 @@
 """Benchmark ogsgen's matmul_ogs against its peers on one GPU, in one run.
 
     PYTHONPATH=.:third_party python bench/bench_moe.py --out bench/results/DATE   # third_party: triton_kernels
+    python bench/bench_moe.py --table-from bench/results/DATE    # table.md again from results.csv (no GPU)
 
 Shapes: gpt-oss-120b (E=128, top-4, K=2880; w1 N=5760 with gather, w2 N=2880 with scatter and gammas),
 DeepSeek-V3 w1 (E=256, top-8, K=7168, N=4096), T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880.
@@ -11,7 +12,8 @@ torch.matmul (dense).
 
 Timing: triton.testing.do_bench (eager) and do_bench_cudagraph (graph), medians. Byte accounting as in
 h200_peer_baseline.md: x bytes + bytes of the weights of experts with at least one row + y bytes; TFLOP/s =
-2 * rows * K * N / time. Writes results.csv, a PNG plot and a printed table; the environment goes to env.json.
+2 * rows * K * N / time. Writes results.csv, a PNG plot, table.md (times, ratios to the peers, geometric means)
+and a printed table; the environment goes to env.json.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import argparse
 import csv
 import datetime
 import json
+import math
 import os
 import platform
 import sys
@@ -148,14 +151,51 @@ def host_overhead_us(fn, calls=200):
     return total / calls * 1e6
 
 
+PEERS = (("triton_kernels", "triton_kernels"), ("torch._grouped_mm", "torch"), ("torch.matmul", "torch"))
+
+
+def markdown_table(rows) -> str:
+    """results.csv rows as markdown: per case ogsgen's CUDA-graph time, TF/s and TB/s, each peer's time and
+    peer / ogsgen (> 1: ogsgen is faster); then per weight format the geometric mean and the minimum of
+    triton_kernels / ogsgen over the MoE cases."""
+    graph = {(r["case"], r["impl"]): float(r["graph_us"]) for r in rows if r["graph_us"] not in ("", None)}
+    ours = {r["case"]: r for r in rows if r["impl"] == "ogsgen" and (r["case"], "ogsgen") in graph}
+    lines = ["| case | ogsgen graph µs | TF/s | TB/s | triton_kernels µs | tk / ogsgen | torch µs | torch / ogsgen |",
+             "|---|---|---|---|---|---|---|---|"]
+    ratios = {}
+    for case, row in ours.items():
+        t = graph[(case, "ogsgen")]
+        cells = {}
+        for impl, column in PEERS:
+            if (case, impl) in graph:
+                cells[column] = f"{graph[(case, impl)]:.1f} | {graph[(case, impl)] / t:.2f}"
+        if "T=" in case and "triton_kernels" in cells:
+            ratios.setdefault(case.split()[-2], []).append(graph[(case, "triton_kernels")] / t)
+        lines.append(f"| {case} | {t:.1f} | {float(row['tflops']):.1f} | {float(row['tbps']):.2f} | "
+                     f"{cells.get('triton_kernels', 'n/a | n/a')} | {cells.get('torch', 'n/a | n/a')} |")
+    lines.append("")
+    for weight_format, values in ratios.items():
+        geomean = math.exp(sum(math.log(v) for v in values) / len(values))
+        lines.append(f"- {weight_format} MoE, {len(values)} cases: triton_kernels / ogsgen geometric mean {geomean:.2f}, "
+                     f"minimum {min(values):.2f}")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--table-from", type=Path, metavar="DIR", help="write DIR/table.md from DIR/results.csv")
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 32, 256, 2048, 8192])
     parser.add_argument("--shapes", nargs="+", default=list(MOE_SHAPES))
     parser.add_argument("--formats", nargs="+", default=["bf16", "mxfp4"])
     parser.add_argument("--no-dense", action="store_true")
     args = parser.parse_args()
+    if args.table_from:
+        with open(args.table_from / "results.csv", newline="") as f:
+            (args.table_from / "table.md").write_text(markdown_table(list(csv.DictReader(f))))
+        return
+    if args.out is None:
+        parser.error("--out DIR is required (or --table-from DIR)")
     args.out.mkdir(parents=True, exist_ok=True)
     tk = triton_kernels_or_none()
     env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
@@ -198,6 +238,7 @@ def main():
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    (args.out / "table.md").write_text(markdown_table(rows))
     plot(rows, args.out / "results.png")
 
 

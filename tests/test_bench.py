@@ -1,0 +1,31 @@
+"""The benchmark's results table (bench/bench_moe.py), from rows as results.csv holds them."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from bench_moe import markdown_table  # noqa: E402
+
+
+def _row(case, impl, graph_us, tflops="", tbps=""):
+    return dict(case=case, impl=impl, eager_us="", graph_us=graph_us, tflops=tflops, tbps=tbps, error="")
+
+
+def test_markdown_table_ratios_and_geometric_means():
+    rows = [_row("gpt-oss w1 bf16 T=1", "ogsgen", "40.0", "3.3", "3.32"),
+            _row("gpt-oss w1 bf16 T=1", "triton_kernels", "60.0"),
+            _row("gpt-oss w1 bf16 T=1", "torch._grouped_mm", "20.0"),
+            _row("gpt-oss w1 bf16 T=8", "ogsgen", "100.0", "4.5", "4.26"),
+            _row("gpt-oss w1 bf16 T=8", "triton_kernels", "200.0"),
+            _row("gpt-oss w1 mxfp4 T=1", "ogsgen", "50.0", "3.6", "0.90"),
+            _row("gpt-oss w1 mxfp4 T=1", "triton_kernels", "", "", ""),  # a peer's failed row: no ratio
+            _row("dense bf16 64x64x64", "ogsgen", "10.0", "1.0", "1.00"),
+            _row("dense bf16 64x64x64", "torch.matmul", "5.0"),
+            _row("host overhead T=1 gather", "ogsgen", "")]
+    table = markdown_table(rows)
+    assert "| gpt-oss w1 bf16 T=1 | 40.0 | 3.3 | 3.32 | 60.0 | 1.50 | 20.0 | 0.50 |" in table
+    assert "| gpt-oss w1 mxfp4 T=1 | 50.0 | 3.6 | 0.90 | n/a | n/a | n/a | n/a |" in table
+    assert "| dense bf16 64x64x64 | 10.0 | 1.0 | 1.00 | n/a | n/a | 5.0 | 0.50 |" in table
+    assert "host overhead" not in table
+    # bf16: ratios 1.5 and 2.0, geometric mean sqrt(3); the mxfp4 case has no triton_kernels time, so no mean.
+    assert "- bf16 MoE, 2 cases: triton_kernels / ogsgen geometric mean 1.73, minimum 1.50" in table
+    assert "mxfp4 MoE" not in table
