@@ -176,8 +176,8 @@ def markdown_table(rows) -> str:
     lines.append("")
     for weight_format, values in ratios.items():
         geomean = math.exp(sum(math.log(v) for v in values) / len(values))
-        lines.append(f"- {weight_format} MoE, {len(values)} cases: triton_kernels / ogsgen geometric mean {geomean:.2f}, "
-                     f"minimum {min(values):.2f}")
+        lines.append(f"- {weight_format} MoE, {len(values)} cases: triton_kernels / ogsgen geometric mean "
+                     f"{geomean:.2f}, minimum {min(values):.2f}")
     return "\n".join(lines) + "\n"
 
 

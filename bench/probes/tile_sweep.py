@@ -5,8 +5,8 @@
 
 Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
 tile and writes OUT/tile_sweep_FORMAT.csv (CUDA-graph medians, and each tile's largest difference from the
-heuristic's output relative to its largest magnitude, a check that the tile computes the same result). The heuristic in ogsgen/runtime/opt_flags.py is tuned
-from these numbers; bench/NOTES.md records them.
+heuristic's output relative to its largest magnitude, a check that the tile computes the same result). The
+heuristic in ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTES.md records them.
 """
 from __future__ import annotations
 

@@ -99,7 +99,8 @@ def run_proto(x, w, rd, gi, si, n, k, mode, swiglu, cfg, x_sorted=None):
         ragged_persistent[grid](y, y.stride(0), x_desc, x_in, x_in.stride(0), w_desc, meta.slice_sizes, meta.slice_offs,
                                 meta.block_offs(bm), sched, rd.n_expts_tot, gi.src_indx, rd.n_expts_act, dst, n, k,
                                 BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GATHER=mode == "gather", SCATTER=mode == "scatter",
-                                SWIGLU=swiglu, NUM_SMS=grid[0], WS=ws, GROUP_M=group_m, FLATTEN=flatten, num_warps=nw, num_stages=ns)
+                                SWIGLU=swiglu, NUM_SMS=grid[0], WS=ws, GROUP_M=group_m, FLATTEN=flatten,
+                                num_warps=nw, num_stages=ns)
         return y
     return call
 
@@ -166,10 +167,12 @@ def run_case(case, results):
                 y = y[si.dst_indx.long()]
             err = f"{((y.float() - reference.float()).abs().max() / reference.float().abs().max()).item():.2e}"
             t = do_bench_cudagraph(call, rep=100, return_mode="median")
-            results.append((name, "proto " + "x".join(map(str, cfg[:3])) + f" w{cfg[3]} s{cfg[4]} ws={cfg[5]} group={cfg[6]} flatten={cfg[7]}",
+            label = "x".join(map(str, cfg[:3])) + f" w{cfg[3]} s{cfg[4]} ws={cfg[5]} group={cfg[6]} flatten={cfg[7]}"
+            results.append((name, "proto " + label,
                             t * 1e3, flops / t / 1e9, err))
         except Exception as exc:
-            results.append((name, f"proto {cfg}", float("nan"), float("nan"), f"{type(exc).__name__}: {str(exc)[:200]}"))
+            results.append((name, f"proto {cfg}", float("nan"), float("nan"),
+                            f"{type(exc).__name__}: {str(exc)[:200]}"))
         print(results[-1], flush=True)
 
 

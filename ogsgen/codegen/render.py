@@ -136,7 +136,8 @@ def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
     provenance = {"ogsgen_version": __version__, "catalog": catalog_name, "variant": name,
                   **expected_provenance(variant)}
     fn_args = {kind: [ARG_PREFIX[kind] + a for a in spec.fn_arg_names] for kind, spec in variant.functions().items()}
-    fn_ints = [ARG_PREFIX[kind] + a for kind, spec in variant.functions().items() for a in spec.fn_arg_do_not_specialize]
+    fn_ints = [ARG_PREFIX[kind] + a for kind, spec in variant.functions().items()
+               for a in spec.fn_arg_do_not_specialize]
     source = environment().get_template(variant.template).render(
         variant=variant,
         name=name,

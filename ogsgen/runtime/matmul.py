@@ -35,7 +35,8 @@ def _interpreting() -> bool:
 
 
 @lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
+def sm_count(device_index: int) -> int:
+    """SMs of a CUDA device (the heuristic sizes grids and persistent launches by it)."""
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
@@ -180,7 +181,8 @@ _NO_PERSISTENT_KERNEL = ("this call's kernel variant has no persistent kernel: t
 
 
 @lru_cache(maxsize=None)
-def _has_tma(device_index: int) -> bool:
+def has_tma(device_index: int) -> bool:
+    """Whether a CUDA device has TMA (Hopper and later), which the persistent kernels load tiles with."""
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
@@ -189,7 +191,7 @@ def _persistent_blocker(variant: KernelVariant, x: torch.Tensor) -> str | None:
     suit TMA is checked only for calls that pick the kernel: ``_tma_blocker``.)"""
     if not variant.has_persistent_kernel:
         return _NO_PERSISTENT_KERNEL
-    if x.is_cuda and not _has_tma(x.device.index):
+    if x.is_cuda and not has_tma(x.device.index):
         return "the persistent kernel loads tiles by TMA, which needs a GPU of compute capability 9.0 or later"
     return None
 
@@ -432,7 +434,7 @@ def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags):
         tiles = call.batch * _cdiv(call.m, flags.block_m)
     tiles *= _cdiv(call.n, flags.block_n)
     # One program per SM; the interpreter (CPU) gets three, so that its programs, too, loop over tiles.
-    n_programs = max(1, min(tiles, _sm_count(x.device.index) if x.is_cuda else 3))
+    n_programs = max(1, min(tiles, sm_count(x.device.index) if x.is_cuda else 3))
     args["n_programs"] = n_programs
     return args, (n_programs, 1, 1)
 
@@ -599,10 +601,11 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     tokens_per_expt = 0
     if ragged:
         tokens_per_expt = routing_data.expected_tokens_per_expt or max(1, m // n_expts)
-    n_sms = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) \
+    n_sms = sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) \
         if x.is_cuda else None
     flag_args = (x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt,
-                 scatter_indx is None and y_acc_in is None, n_sms, w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
+                 scatter_indx is None and y_acc_in is None, n_sms,
+                 w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
     flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x))
     if flags.persistent and (tma_blocker := _tma_blocker(x, w)) is not None:

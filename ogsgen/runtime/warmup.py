@@ -146,8 +146,9 @@ def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
 
 def _gpu(device_index: int) -> tuple[int, bool]:
     """(SM count, TMA available) of a CUDA device: what the opt-flags heuristic decides on."""
-    return (torch.cuda.get_device_properties(device_index).multi_processor_count,
-            torch.cuda.get_device_capability(device_index)[0] >= 9)
+    from .matmul import has_tma, sm_count
+
+    return sm_count(device_index), has_tma(device_index)
 
 
 def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device):
