@@ -150,9 +150,12 @@ def test_persistent_constraint_names_what_blocks_it(device):
     x = torch.randn(8, 16, device=device, dtype=torch.float16)
     w = torch.randn(4, 16, 32, device=device, dtype=torch.float16)
     with ogsgen.opt_flags_constraints(persistent=True):
-        with pytest.raises(ogsgen.InapplicableConstraint, match="persistent=True: this call.s kernel variant has no persistent kernel: .*"
-                                                                "no gather_indx"):
-            matmul_ogs(x, w, None, rd, gather_indx=gi)
+        with pytest.raises(ogsgen.InapplicableConstraint, match="persistent=True: this call.s kernel variant has no "
+                                                                "persistent kernel: that needs plain bf16 or fp16"):
+            matmul_ogs(x.float(), w.float(), None, rd, gather_indx=gi)
+        with pytest.raises(ogsgen.InapplicableConstraint, match="TMA needs rows of a multiple of 16 bytes: K=12 "
+                                                                "must be a multiple of 8"):
+            matmul_ogs(x[:, :12], w[:, :12], None, rd, gather_indx=gi)
         with pytest.raises(ogsgen.InapplicableConstraint, match=r"TMA needs x 16-byte aligned, contiguous along its "
                                                                 r"last dimension .* pass x.contiguous\(\)"):
             matmul_ogs(torch.randn(16, 8, device=device, dtype=torch.float16).T, w[0], None)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
-import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..codegen.render import ARG_PREFIX
@@ -18,7 +17,7 @@ from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, split_k_plan, topk_plan
 from . import launcher, loader
-from .opt_flags import current_constraints, make_opt_flags, row_tiles
+from .opt_flags import current_constraints, make_opt_flags, reduce_tile, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 
 _MAX_GRID_Y = 65535
@@ -177,7 +176,7 @@ def _unsupported_formats(x_fmt, w_fmt, y_fmt) -> str:
 
 
 _NO_PERSISTENT_KERNEL = ("this call's kernel variant has no persistent kernel: that needs plain bf16 or fp16 x and w "
-                         "of one format, and no gather_indx (Hopper's TMA cannot gather rows)")
+                         "of one format")
 
 
 @lru_cache(maxsize=None)
@@ -196,9 +195,16 @@ def _persistent_blocker(variant: KernelVariant, x: torch.Tensor) -> str | None:
     return None
 
 
-def _tma_blocker(x: torch.Tensor, w: torch.Tensor) -> str | None:
-    """None when TMA descriptors can describe x and w, else what to change."""
+def _tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool) -> str | None:
+    """None when TMA descriptors can describe x and w, else what to change. (``x_gathered``: the kernel reads a
+    contiguous gathered copy of x, whose rows need a multiple of 16 bytes.)"""
+    if x_gathered:
+        if x.shape[-1] * x.element_size() % 16:
+            return f"TMA needs rows of a multiple of 16 bytes: K={x.shape[-1]} must be a multiple of 8"
+        x = None
     for name, tensor in (("x", x), ("w", w)):
+        if tensor is None:
+            continue
         if tensor.numel() == 0:
             return f"{name} is empty (shape {tuple(tensor.shape)}): a TMA descriptor needs every dimension >= 1"
         if tensor.is_contiguous() and not (tensor.shape[-1] * tensor.element_size() % 16 or tensor.data_ptr() % 16):
@@ -419,7 +425,8 @@ def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch
 def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags):
     """Operand arguments and grid of the persistent kernel: TMA descriptors of x (batch, rows, K) and
     w (experts or batch, K, N), and at most one program per SM."""
-    x, w = call.x, call.w
+    x = _rows_in_sorted_order(call) if variant.gather else call.x
+    w = call.w
     x3, w3 = (x if x.ndim == 3 else x.unsqueeze(0)), (w if w.ndim == 3 else w.unsqueeze(0))
     args = dict(XDesc=TensorDescriptor.from_tensor(x3, [1, flags.block_m, flags.block_k]),
                 WDesc=TensorDescriptor.from_tensor(w3, [1, flags.block_k, flags.block_n]))
@@ -437,6 +444,14 @@ def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags):
     n_programs = max(1, min(tiles, sm_count(x.device.index) if x.is_cuda else 3))
     args["n_programs"] = n_programs
     return args, (n_programs, 1, 1)
+
+
+def _rows_in_sorted_order(call: _Launch) -> torch.Tensor:
+    """The gather done ahead, for the persistent kernel: sorted row p holds x[gather_indx.src_indx[p] // k]. One
+    copy of x's rows per gate (measured on the H200: the persistent kernel's gain at large batches pays for it,
+    bench/NOTES.md); a dropped gate's row (-1) copies token 0, which no tile stores."""
+    tokens = torch.div(call.gather_indx.src_indx, call.routing.n_expts_act, rounding_mode="floor").clamp_(min=0)
+    return call.x.index_select(0, tokens)
 
 
 def _flex_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
@@ -461,7 +476,7 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
                    epilogue_values, scatter_src=None):
     """Sum ``parts`` (S, B, M, N) over S into ``out`` (B, M, N // reduction_n), applying what is left."""
     n_parts, batch, m, n = parts.shape
-    block_m, block_n = 32, max(32 * variant.reduction_n, min(128, triton.next_power_of_2(n)))
+    block_m, block_n, num_warps = reduce_tile(n, variant.reduction_n)
     args = dict(Y=out, stride_y_b=out.stride(0), stride_y_m=out.stride(1), stride_y_n=out.stride(2),
                 X=parts, stride_x_s=parts.stride(0), stride_x_b=parts.stride(1), stride_x_m=parts.stride(2),
                 stride_x_n=parts.stride(3), M=m, N=n, S=n_parts, BLOCK_M=block_m, BLOCK_N=block_n)
@@ -478,7 +493,7 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
     if variant.epilogue:
         args.update(EPILOGUE_FN=call.epi.specs.fn, **_fn_args("epilogue", call.epi.specs, epilogue_values))
     grid = (_cdiv(m, block_m) * _cdiv(n, block_n), batch, 1)
-    launcher.launch(loader.kernel_for(variant), grid, args, num_warps=4)
+    launcher.launch(loader.kernel_for(variant), grid, args, num_warps=num_warps)
 
 
 # Shared defaults (building them costs microseconds per call); matmul_ogs never mutates its arguments.
@@ -608,7 +623,7 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
     flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x))
-    if flags.persistent and (tma_blocker := _tma_blocker(x, w)) is not None:
+    if flags.persistent and (tma_blocker := _tma_blocker(x, w, gather_indx is not None)) is not None:
         flags = make_opt_flags(*flag_args, tma_blocker)  # the tiled kernel, or the error if persistent was forced
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()

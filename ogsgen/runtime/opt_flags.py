@@ -97,7 +97,9 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         if can_persist:
             # The persistent TMA kernel, measured on the H200 (bench/probes/tma_persistent.py, bench/NOTES.md):
             # 128x256x64 with 3 stages is 5-14% faster than the tiles above (gpt-oss w2 T=8192 1322 -> 1158 us,
-            # dense 4096x5760x2880 227 -> 216 us), also with 64 rows per expert; neutral at 8192^3.
+            # dense 4096x5760x2880 227 -> 216 us), also with 64 rows per expert; neutral at 8192^3. Gathered x is
+            # copied into row order first (bench/probes/large_batch.py): gpt-oss w1 T=8192 2760 -> 2370 us and
+            # DeepSeek-V3 w1 9081 -> 8039 us, copy included.
             return OptFlags(128, 256, 64, group_m=8, num_warps=8, num_stages=3, persistent=True)
     if w_mx_layout == "hopper":
         # Whole 64-row K groups per tile, and one 64-row wgmma tile of W^T per warpgroup: then the upcast
@@ -118,6 +120,13 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         split_k = max(1, min(n_sms // tiles, k_tiles // 8, 8))
     return OptFlags(block_m, block_n, block_k, group_m=8, num_warps=num_warps, num_stages=num_stages,
                     split_k=split_k)
+
+
+@lru_cache(maxsize=1024)
+def reduce_tile(n: int, reduction_n: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) of the reduce kernels (split-K partial sums, top-k combines) for n columns;
+    each tile holds whole ``reduction_n`` column groups of the activation."""
+    return 32, max(32 * reduction_n, min(128, triton.next_power_of_2(n))), 4
 
 
 @lru_cache(maxsize=4096)

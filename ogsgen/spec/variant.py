@@ -112,10 +112,9 @@ class KernelVariant:
     @cached_property  # read on every matmul_ogs call
     def has_persistent_kernel(self) -> bool:
         """Whether the variant also has a persistent kernel fed by TMA (``<name>_persistent``, for Hopper and
-        later): plain 16-bit x and w of one format, whose tiles go to the MMA as loaded, and x rows read in
-        place (Hopper's TMA cannot gather rows)."""
-        return (self.family == "matmul" and self.x == self.w and self.x.bits == 16 and self.x.scaling == "none"
-                and not self.gather)
+        later): plain 16-bit x and w of one format, whose tiles go to the MMA as loaded. With a gather, that
+        kernel reads x already gathered into the sorted rows' order (Hopper's TMA cannot gather rows)."""
+        return self.family == "matmul" and self.x == self.w and self.x.bits == 16 and self.x.scaling == "none"
 
     def functions(self) -> dict[str, FnSpecs]:
         return {kind: spec for kind in ("activation", "epilogue") if (spec := getattr(self, kind)) is not None}
