@@ -161,6 +161,21 @@ def test_format_moe_realistic(label, name, tokens, n, k, n_expts, k_act):
     run_moe_case(DEFAULT[name], tokens, n, k, n_expts, k_act, "cuda")
 
 
+# Tiles of the hopper-layout mxfp4 kernel: the heuristic's, what opt_flags_constraints and
+# enforce_bitwise_invariance (block_m=128, 8 warps) reach, and neighbours.
+MX_HOPPER_TILES = [(16, 128, 128, 4, 3), (32, 128, 128, 4, 3), (64, 128, 64, 8, 4), (64, 128, 64, 4, 4),
+                   (64, 256, 64, 16, 3), (128, 256, 64, 16, 3), (128, 256, 64, 16, 4), (128, 128, 64, 8, 4),
+                   (128, 128, 64, 8, 3), (128, 128, 128, 8, 3), (128, 128, 64, 4, 3)]
+
+
+@pytest.mark.parametrize("tile", MX_HOPPER_TILES, ids=["x".join(map(str, t)) for t in MX_HOPPER_TILES])
+def test_mxfp4_hopper_tiles_realistic(tile):
+    constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile))
+    with ogsgen.opt_flags_constraints(**constraints):
+        run_moe_case(DEFAULT["ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu"], 2048, 5760, 2880,
+                     128, 4, "cuda")
+
+
 def test_bitwise_invariance_realistic():
     x = torch.randn(4096, 2880, device="cuda").bfloat16()
     w = torch.randn(2880, 5760, device="cuda").bfloat16()

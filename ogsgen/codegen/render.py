@@ -78,6 +78,8 @@ def helpers_used(variant: KernelVariant) -> dict:
         helpers["upcast_mxfp4_hopper_rows"] = jit.upcast_mxfp4_hopper_rows
     elif variant.w.scaling == "block_e8m0":
         helpers["upcast_mx_rows"] = jit.upcast_mx_rows
+    if variant.w.scaling == "block_e8m0":
+        helpers["mma_completed"] = jit.mma_completed
     if variant.y.scaling == "block_e8m0":
         helpers["scale_mx_rows"] = jit.scale_mx_rows
     return helpers

@@ -143,6 +143,15 @@ def upcast_mxfp4_hopper_rows(values, scales):
 
 
 @triton.jit
+def mma_completed(acc, k):
+    """``acc``, unchanged (``k`` >= 0), through a select the compiler cannot remove: the dot that produced it
+    must complete before the loop goes on. For K loops whose dot reads registers written in the loop (the
+    upcast W): ptxas before 13.3 may reuse them while an asynchronous wgmma still reads them
+    (triton-lang/triton#9433; ogsgen.runtime.wgmma_hazards)."""
+    return tl.where(k >= 0, acc, 0.0)
+
+
+@triton.jit
 def scale_mx_rows(tile, EMAX: tl.constexpr, MAX_MANTISSA: tl.constexpr, MAX_VALUE: tl.constexpr,
                   ROUND_UP: tl.constexpr):
     """Scale a float32 (BLOCK_M, BLOCK_N) tile along N in blocks of 32 for MX quantization.

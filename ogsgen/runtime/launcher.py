@@ -30,6 +30,7 @@ _MAX_ENTRIES = 8192  # distinct integer values make distinct keys; a pathologica
 _lock = threading.Lock()
 _compiled: dict[tuple, object] = {}
 _param_kinds: dict[object, tuple[int, ...]] = {}
+_verified: set[str] = set()  # hashes of the binaries ``verify`` accepted
 _CONSTEXPR, _SPECIALIZED, _UNSPECIALIZED = 0, 1, 2
 
 
@@ -73,18 +74,33 @@ def _specialization_key(kernel, values: tuple, options: dict, device: int) -> tu
     return tuple(key)
 
 
-def launch(kernel, grid: tuple[int, int, int], args: dict, **options) -> None:
+def _verify(kernel, grid, args: dict, options: dict, verify) -> None:
+    """Compile without launching and pass the binary to ``verify`` (once per binary), which raises to refuse it."""
+    compiled = kernel.warmup(grid=grid, **args, **options)
+    if compiled.hash not in _verified:
+        verify(compiled)
+        _verified.add(compiled.hash)
+
+
+def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, **options) -> None:
     """``kernel[grid](**args, **options)`` (options: num_warps, num_stages), cached. ``args`` names every
-    parameter of the kernel."""
+    parameter of the kernel. ``verify``: called with each new compiled binary before its first launch."""
     values = tuple(args[name] for name in kernel.arg_names)  # a missing argument fails here, on every path
     # Interpreted kernels (TRITON_INTERPRET=1) are not JITFunctions: they always take Triton's path.
-    if not _FAST_PATH or not isinstance(kernel, JITFunction) or _hooks_installed():
+    if not isinstance(kernel, JITFunction):
+        kernel[grid](**args, **options)
+        return
+    if not _FAST_PATH or _hooks_installed():
+        if verify is not None:
+            _verify(kernel, grid, args, options, verify)
         kernel[grid](**args, **options)
         return
     device = torch.cuda.current_device()
     key = _specialization_key(kernel, values, options, device)
     compiled = _compiled.get(key)
     if compiled is None:
+        if verify is not None:
+            _verify(kernel, grid, args, options, verify)
         compiled = kernel[grid](**args, **options)
         if all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata")):
             with _lock:

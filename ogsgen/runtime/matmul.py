@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -16,7 +17,7 @@ from ..numerics.layouts import HOPPER_GROUP, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, split_k_plan, topk_plan
-from . import launcher, loader
+from . import launcher, loader, wgmma_hazards
 from .opt_flags import current_constraints, make_opt_flags, reduce_tile, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 
@@ -383,7 +384,36 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
         args.update(EPILOGUE_FN=call.epi.specs.fn,
                     **_fn_args("epilogue", call.epi.specs, call.epi.fn_arg_values_matmul))
     kernel = loader.kernel_for(variant, persistent=flags.persistent)
-    launcher.launch(kernel, grid, args, num_warps=flags.num_warps, num_stages=flags.num_stages)
+    options = dict(num_warps=flags.num_warps, num_stages=flags.num_stages)
+    if variant.w.scaling != "block_e8m0" or args["WAIT_MMA"] or not _has_wgmma(call.x):
+        launcher.launch(kernel, grid, args, **options)
+        return
+    try:
+        launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, **options)
+    except wgmma_hazards.RegisterOperandHazard as hazard:
+        _WAIT_MMA.add((variant, flags))
+        loader.log.info("%s; launch parameters %s now wait for each wgmma", hazard, flags)
+        if len(_WAIT_MMA) == 1:  # once per process; each configuration is logged on the ogsgen logger
+            warnings.warn(f"ogsgen: {hazard}. ptxas before 13.3 lets the next K step overwrite registers a wgmma "
+                          f"still reads (triton-lang/triton#9433); MX-weight kernels where this happens now wait "
+                          f"for each wgmma instead (slower, correct). ptxas >= 13.3 (TRITON_PTXAS_PATH) avoids "
+                          f"the wait.", RuntimeWarning, stacklevel=3)
+        args["WAIT_MMA"] = True
+        launcher.launch(kernel, grid, args, **options)
+
+
+# (variant, opt flags) whose compiled MX kernel had the wgmma register hazard: their calls wait for each wgmma.
+_WAIT_MMA: set = set()
+
+
+@lru_cache(maxsize=None)
+def _wgmma_device(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index)[0] == 9
+
+
+def _has_wgmma(x: torch.Tensor) -> bool:
+    """Whether x's device runs Hopper's wgmma (sm_90), whose register operand the hazard check is about."""
+    return x.is_cuda and _wgmma_device(x.device.index if x.device.index is not None else torch.cuda.current_device())
 
 
 def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, split_k: int):
@@ -398,7 +428,8 @@ def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch
     if variant.w.scaling == "block_e8m0":
         scale = call.pc.weight_scale
         args.update(WMxScale=scale, stride_wmx_b=scale.stride(0) if scale.ndim == 3 else 0,
-                    stride_wmx_k=scale.stride(-2), stride_wmx_n=scale.stride(-1))
+                    stride_wmx_k=scale.stride(-2), stride_wmx_n=scale.stride(-1),
+                    WAIT_MMA=flags.wait_mma or (variant, flags) in _WAIT_MMA)
     if variant.x.scaling == "flexpoint":
         args["XScale"] = flex.lhs_data.scale
     if variant.w.scaling == "flexpoint":

@@ -26,10 +26,12 @@ class OptFlags:
     num_stages: int
     split_k: int = 1
     persistent: bool = False  # the variant's persistent TMA kernel (one program per SM) instead of one per tile
+    wait_mma: bool = False    # MX weights: each K step's wgmma completes before the next (see wgmma_hazards)
 
 
 CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
 _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
+_BOOLEAN_KEYS = ("persistent", "wait_mma")
 _constraints: contextvars.ContextVar[tuple] = contextvars.ContextVar("ogsgen_opt_flags_constraints", default=())
 
 
@@ -43,10 +45,9 @@ def opt_flags_constraints(**constraints):
     for key, value in constraints.items():
         if key not in CONSTRAINT_KEYS:
             raise InapplicableConstraint(f"opt_flags_constraints: unknown key {key!r}; known keys: {CONSTRAINT_KEYS}")
-        if key == "persistent":
-            if value not in (True, False):
-                raise InapplicableConstraint(f"opt_flags_constraints: persistent must be True or False, got {value!r}")
-            constraints[key] = bool(value)
+        if key in _BOOLEAN_KEYS:
+            if not isinstance(value, bool):
+                raise InapplicableConstraint(f"opt_flags_constraints: {key} must be True or False, got {value!r}")
             continue
         if not isinstance(value, int) or value < 1:
             raise InapplicableConstraint(f"opt_flags_constraints: {key} must be a positive int, got {value!r}")
@@ -165,6 +166,8 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
                                      f"block_k must be a multiple of 32")
     if flags.persistent and persistent_blocker is not None:
         raise InapplicableConstraint(f"persistent=True: {persistent_blocker}")
+    if flags.wait_mma and w_mx_layout is None:
+        raise InapplicableConstraint("wait_mma=True applies to mx weights (upcast in registers) only; drop it")
     if flags.persistent and flags.split_k > 1:
         raise InapplicableConstraint("the persistent kernel does not split K; use split_k=1 with persistent=True")
     if flags.split_k > 1 and not can_split:

@@ -1,0 +1,110 @@
+"""Find a known ptxas hazard in compiled Hopper kernels: a wgmma's register operand overwritten in flight.
+
+The MX-weight kernels upcast W in registers and feed it to Hopper's ``wgmma`` as its A operand. wgmma reads
+those registers asynchronously, until a ``wgmma.wait_group`` retires it. Triton pipelines the K loop with a few
+wgmmas in flight, and ptxas releases before CUDA 13.3 may schedule the next K step's writes into the registers
+of a wgmma still in flight (triton-lang/triton#9433): the product then uses partly next-step values. Whether a
+binary has the problem depends on ptxas's register allocation, so it is checked per compiled binary, on its SASS.
+
+The check follows the K loop (a backward branch) twice, keeping the A registers of each issued HGMMA until a
+``WARPGROUP.DEPBAR.LE gsb0, N`` retires it (all but the N most recent), and reports every instruction that
+writes one of them meanwhile.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_LABEL = re.compile(r"\.L_x_(\d+):\s*\n\s*/\*([0-9a-f]+)\*/")
+_BRANCH = re.compile(r"BRA\s+`\(\.L_x_(\d+)\)")
+_RS_HGMMA = re.compile(r"HGMMA\.\S+\s+R\d+,\s*R(\d+),")  # register-sourced A: HGMMA D, A, gdesc[B], C
+_RETIRE = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)")
+_PREDICATE = re.compile(r"^@!?U?P[T0-9]+\s+")
+# Opcodes whose first operand is not a register they write.
+_NO_DESTINATION = {"ST", "STS", "STG", "STL", "STSM", "RED", "BAR", "BRA", "DEPBAR", "WARPGROUP", "LDGDEPBAR",
+                   "LDGSTS", "EXIT", "NOP", "WARPSYNC", "BSYNC", "BSSY", "CALL", "RET", "MEMBAR", "FENCE", "ERRBAR",
+                   "CCTL", "SYNCS", "ARRIVES", "YIELD", "HGMMA"}
+A_OPERAND_REGISTERS = 4  # a thread's share of a 64 x 16 16-bit A tile
+
+
+@dataclass(frozen=True)
+class Hazard:
+    hgmma_address: int
+    write_address: int
+    instruction: str
+
+    def __str__(self):
+        return f"HGMMA at {self.hgmma_address:#x}, its A register rewritten at {self.write_address:#x}: {self.instruction}"
+
+
+def _written_registers(instruction: str) -> set[int]:
+    opcode, _, operands = _PREDICATE.sub("", instruction).partition(" ")
+    base = opcode.split(".")[0]
+    if base in _NO_DESTINATION or base.startswith("U"):  # uniform-datapath ops write UR registers
+        return set()
+    for operand in (o.strip() for o in operands.split(",")[:2]):
+        if re.fullmatch(r"!?P[T0-9]+", operand):
+            continue  # a predicate destination first (ISETP, IADD3 with carry, ...)
+        if not re.fullmatch(r"R\d+", operand):
+            return set()
+        width = 1
+        if ".128" in opcode or opcode.endswith(".4"):  # LDS.128, LDG.E.128, LDSM.16.M88.4
+            width = 4
+        elif ".64" in opcode or ".WIDE" in opcode or opcode.endswith(".2") or (base == "CS2R" and ".32" not in opcode):
+            width = 2
+        first = int(operand[1:])
+        return set(range(first, first + width))
+    return set()
+
+
+def find_hazards(sass: str) -> list[Hazard]:
+    """Every write to the A registers of an HGMMA that may still be in flight, in nvdisasm's SASS listing."""
+    instructions = [(int(m[1], 16), m[2]) for m in _INSTRUCTION.finditer(sass)]
+    index_of = {address: i for i, (address, _) in enumerate(instructions)}
+    labels = {m[1]: int(m[2], 16) for m in _LABEL.finditer(sass)}
+    hazards = []
+    for i, (address, text) in enumerate(instructions):
+        branch = _BRANCH.search(text)
+        target = labels.get(branch[1]) if branch else None
+        if target is None or target > address:
+            continue  # not a loop's back edge
+        in_flight: list[tuple[int, set[int]]] = []
+        for _ in range(2):  # twice: the second pass sees the wgmmas the first left in flight
+            for at, instruction in instructions[index_of[target]:i + 1]:
+                written = _written_registers(instruction)
+                hazards += [Hazard(hgmma, at, instruction) for hgmma, registers in in_flight if written & registers]
+                if (hgmma := _RS_HGMMA.search(instruction)):
+                    first = int(hgmma[1])
+                    in_flight.append((at, set(range(first, first + A_OPERAND_REGISTERS))))
+                if (retire := _RETIRE.search(instruction)):
+                    keep = int(retire[1], 16)
+                    in_flight = in_flight[len(in_flight) - keep:] if keep else []
+    return sorted(set(hazards), key=lambda h: (h.hgmma_address, h.write_address))
+
+
+def sass_of(cubin: bytes) -> str:
+    """nvdisasm's listing of a cubin (the disassembler that ships with Triton)."""
+    from triton import knobs
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        return subprocess.run([knobs.nvidia.nvdisasm.path, "-c", f.name], check=True, capture_output=True,
+                              text=True).stdout
+    finally:
+        os.remove(f.name)
+
+
+class RegisterOperandHazard(RuntimeError):
+    """A compiled kernel has the ptxas hazard above; its results could be wrong."""
+
+
+def check_compiled(compiled) -> None:
+    """Raise RegisterOperandHazard if a Triton CompiledKernel for sm_90 has the hazard."""
+    hazards = find_hazards(sass_of(compiled.asm["cubin"]))
+    if hazards:
+        raise RegisterOperandHazard(f"{compiled.name}: {len(hazards)} writes to in-flight wgmma A registers, "
+                                    f"first: {hazards[0]}")

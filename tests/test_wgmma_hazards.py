@@ -1,0 +1,145 @@
+"""The check for ptxas's in-flight wgmma register hazard, and what matmul_ogs does when a binary has it."""
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import ogsgen
+from ogsgen.runtime import launcher, matmul, wgmma_hazards
+from ogsgen.runtime.wgmma_hazards import find_hazards
+from ogsgen.spec import default_catalog
+from cases import run_case
+
+DEFAULT = default_catalog().by_name()
+HERE = Path(__file__).parent
+HOPPER_SWIGLU = "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu"
+
+
+def _sass(*lines):
+    """A loop in nvdisasm's format: label .L_x_0 at 0x100, one instruction per 0x10, branching back at the end."""
+    body = [f"        /*{0x100 + 16 * i:04x}*/                   {line} ;" for i, line in enumerate(lines)]
+    end = 0x100 + 16 * len(lines)
+    return "\n".join([".L_x_0:", *body, f"        /*{end:04x}*/              @P1 BRA `(.L_x_0) ;"])
+
+
+def test_a_register_written_while_its_wgmma_may_be_in_flight_is_found():
+    # Two wgmmas in flight (DEPBAR keeps 1 then 2); the second pass writes R88 (the first's A) before retiring it.
+    sass = _sass("LOP3.LUT R88, R2, 0x81c081c0, RZ, 0xc0, !PT", "WARPGROUP.ARRIVE",
+                 "HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR12], R24, gsb0", "IMAD.SHL.U32 R92, R3, 0x40, RZ",
+                 "WARPGROUP.DEPBAR.LE gsb0, 0x1", "HGMMA.64x128x16.F32.BF16 R24, R92, gdesc[UR12], R24, gsb0",
+                 "WARPGROUP.DEPBAR.LE gsb0, 0x2")
+    hazards = find_hazards(sass)
+    assert [(h.hgmma_address, h.write_address) for h in hazards] == [(0x120, 0x100), (0x150, 0x130)]
+    assert "LOP3.LUT R88" in hazards[0].instruction
+
+
+def test_retired_wgmmas_and_other_registers_are_not_hazards():
+    sass = _sass("LDS.64 R88, [R2]", "LDS.64 R90, [R2+0x8]", "WARPGROUP.ARRIVE",
+                 "HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR12], R24, gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x1",
+                 "IADD3 R92, P0, R4, 0x10, RZ", "ISETP.GE.AND P0, PT, R5, R6, PT", "STS [R88], R7",
+                 "WARPGROUP.DEPBAR.LE gsb0, 0x0")
+    assert find_hazards(sass) == []
+    # The same loop with a 128-bit load into R88..R91 before the retiring wait: a hazard (width counted).
+    assert len(find_hazards(sass.replace("IADD3 R92, P0, R4, 0x10, RZ", "LDS.128 R88, [R2+0x10]"))) == 1
+
+
+def _compile_for_sm90(name: str, tile, wait_mma: bool):
+    """An offline sm_90 compile of a generated MX kernel with Triton's own ptxas (no GPU needed)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from ogsgen.runtime import loader
+    kernel = loader.kernel_for(DEFAULT[name])
+    pointers = dict(Y="*bf16", X="*bf16", W="*u8", WMxScale="*u8", Bias="*fp32", SliceSizes="*i32",
+                    SliceOffs="*i32", BlockSchedule="*i32", GatherIndx="*i32")
+    signature = {arg: pointers.get(arg, "i32") for arg in kernel.arg_names}
+    signature.update(out_alpha="fp32", act_alpha="fp32", act_limit="fp32")
+    constants = dict(stride_x_k=1, stride_w_k=1, stride_wmx_k=1, stride_y_n=1, GROUP_M=8, EVEN_K=True,
+                     WAIT_MMA=wait_mma, ACTIVATION_FN=DEFAULT[name].activation.fn,
+                     **dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), tile[:3])))
+    signature.update({arg: "constexpr" for arg in constants})
+    names = list(signature)
+    aligned = {(names.index(a),): [["tt.divisibility", 16]] for a, kind in signature.items()
+               if kind.startswith("*") or (a.startswith("stride") and a not in constants)}
+    source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=aligned)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=tile[3], num_stages=tile[4]))
+
+
+def _ptxas_version():
+    from triton import knobs
+    out = subprocess.run([knobs.nvidia.ptxas.path, "--version"], capture_output=True, text=True).stdout
+    return tuple(int(v) for v in re.search(r"release (\d+)\.(\d+)", out).groups())
+
+
+def hazards_in_sm90_compiles() -> str:
+    """JSON {wait_mma: [register-sourced HGMMAs, hazards]} of gpt-oss w1 mxfp4 at its large-batch tile, and the
+    ptxas version. Runs in a process without TRITON_INTERPRET (the interpreter replaces @triton.jit)."""
+    tile = (128, 256, 64, 16, 3)
+    result = {"ptxas": _ptxas_version()}
+    for wait_mma in (False, True):
+        sass = wgmma_hazards.sass_of(_compile_for_sm90(HOPPER_SWIGLU, tile, wait_mma).asm["cubin"])
+        result[str(wait_mma)] = [len(re.findall(r"HGMMA\.\S+\s+R\d+,\s*R\d+,", sass)), len(find_hazards(sass))]
+    return json.dumps(result)
+
+
+def test_wait_mma_removes_the_hazard_from_a_real_sm90_binary():
+    # gpt-oss w1 mxfp4 at its large-batch tile: ptxas 12.8 (Triton 3.6) overwrites A registers in flight (found
+    # by the check, and wrong on the H200: bench/probes/mx_tile_check.py); with wait_mma the binary is clean.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", "import test_wgmma_hazards as t; print(t.hazards_in_sm90_compiles())"],
+                          cwd=HERE, env=dict(env, PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    rs_hgmmas, hazards = result["True"]
+    assert rs_hgmmas >= 4 and hazards == 0  # register-sourced wgmmas, none overwritten in flight
+    if tuple(result["ptxas"]) == (12, 8):
+        assert result["False"][1] > 0
+
+
+@pytest.mark.parametrize("name", ["ogs_matmul_xbf16_wmxfp4hopper_ybf16_bias", "ogs_matmul_xbf16_wmxfp4_ybf16",
+                                  "ogs_matmul_xbf16_wmxfp8e4m3_yfp32"])
+def test_wait_mma_computes_the_same(name, device):
+    variant = DEFAULT[name]
+    with ogsgen.opt_flags_constraints(wait_mma=True, block_m=16, block_n=32, block_k=64):
+        run_case(variant, 37, 72, 128, device)
+
+
+def test_wait_mma_is_refused_without_mx_weights(device):
+    x = torch.randn(8, 16, device=device, dtype=torch.float16)
+    with ogsgen.opt_flags_constraints(wait_mma=True):
+        with pytest.raises(ogsgen.InapplicableConstraint, match="wait_mma=True applies to mx weights"):
+            ogsgen.matmul_ogs(x, x.T.contiguous(), None)
+    with pytest.raises(ogsgen.InapplicableConstraint, match="wait_mma must be True or False"):
+        with ogsgen.opt_flags_constraints(wait_mma=1):
+            pass
+
+
+def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch):
+    # Simulated Hopper: the first compile of the asynchronous kernel fails the check; the call warns, launches the
+    # wait_mma binary instead, and later calls with the same parameters go straight to it.
+    launches = []
+
+    def fake_launch(kernel, grid, args, verify=None, **options):
+        launches.append((args["WAIT_MMA"], verify is not None))
+        if verify is not None:
+            raise wgmma_hazards.RegisterOperandHazard("kernel: 1 writes to in-flight wgmma A registers")
+
+    monkeypatch.setattr(launcher, "launch", fake_launch)
+    monkeypatch.setattr(matmul, "_has_wgmma", lambda x: True)
+    monkeypatch.setattr(matmul, "_WAIT_MMA", set())
+    from ogsgen.numerics import quantize_mx
+    values, scales = quantize_mx(torch.randn(64, 32).mT.contiguous(), "e2m1", axis=-1)
+    x = torch.randn(8, 64).bfloat16()
+    pc = ogsgen.PrecisionConfig(weight_scale=scales.mT)
+    with pytest.warns(RuntimeWarning, match="ptxas before 13.3 .* wait for each wgmma"):
+        ogsgen.matmul_ogs(x, values.mT, None, precision_config=pc)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ogsgen.matmul_ogs(x, values.mT, None, precision_config=pc)
+    assert launches == [(False, True), (True, False), (True, False)]
