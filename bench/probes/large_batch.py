@@ -40,6 +40,16 @@ def timed(run, reference, flops):
     return dict(us=round(ms * 1e3, 1), tflops=round(flops / ms / 1e9, 1), diff=f"{diff:.1e}")
 
 
+def measure(row: dict, run, reference, flops, rows: list):
+    """Time ``run`` into ``row`` (or record its error), then keep and print the row."""
+    try:
+        row.update(timed(run, reference, flops))
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    rows.append(row)
+    print(row, flush=True)
+
+
 def write(rows, path):
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
@@ -62,13 +72,7 @@ def gather_ahead(out: Path, tk):
         if "triton_kernels" in cases:
             candidates.append(("triton_kernels", cases["triton_kernels"][0]))
         for label, run in candidates:
-            row = dict(case=f"{name} bf16 T={tokens}", kernel=label)
-            try:
-                row.update(timed(run, reference, flops))
-            except Exception as exc:
-                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-            rows.append(row)
-            print(row, flush=True)
+            measure(dict(case=f"{name} bf16 T={tokens}", kernel=label), run, reference, flops, rows)
         # The gather copy alone, as the persistent path makes it.
         n_expts, top_k, k, _, _ = bench_moe.MOE_SHAPES[name]
         x = torch.randn(tokens, k, device="cuda").bfloat16()
@@ -91,14 +95,9 @@ def topk_reduce(out: Path):
             reference = fn().float()
             for tile in [None, *REDUCE_TILES]:
                 matmul_module.reduce_tile = original if tile is None else (lambda n, r, tile=tile: tile)
-                row = dict(case=f"{name} bf16 T={tokens}", reduce_tile="heuristic" if tile is None else
-                           "x".join(map(str, tile)))
-                try:
-                    row.update(timed(fn, reference, flops))
-                except Exception as exc:
-                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-                rows.append(row)
-                print(row, flush=True)
+                measure(dict(case=f"{name} bf16 T={tokens}",
+                             reduce_tile="heuristic" if tile is None else "x".join(map(str, tile))),
+                        fn, reference, flops, rows)
             n = bench_moe.MOE_SHAPES[name][3]
             top_k = bench_moe.MOE_SHAPES[name][1]
             scratch = torch.randn(tokens * top_k, n, device="cuda").bfloat16()
