@@ -143,3 +143,25 @@ def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch):
         warnings.simplefilter("error")
         ogsgen.matmul_ogs(x, values.mT, None, precision_config=pc)
     assert launches == [(False, True), (True, False), (True, False)]
+
+
+def test_verdicts_are_kept_on_disk_by_binary_hash(monkeypatch, tmp_path):
+    # The first check disassembles; a later one (another process, same cache) reads the verdict instead.
+    monkeypatch.setenv("OGSGEN_CACHE_DIR", str(tmp_path))
+    listings = {b"clean": _sass("HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR12], R24, gsb0",
+                                "WARPGROUP.DEPBAR.LE gsb0, 0x0"),
+                b"hazard": _sass("IMAD.SHL.U32 R88, R2, 0x4, RZ",
+                                 "HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR12], R24, gsb0",
+                                 "WARPGROUP.DEPBAR.LE gsb0, 0x1")}
+    disassembled = []
+    monkeypatch.setattr(wgmma_hazards, "sass_of", lambda cubin: disassembled.append(cubin) or listings[cubin])
+
+    class Compiled:
+        def __init__(self, cubin):
+            self.name, self.hash, self.asm = f"kernel_{cubin.decode()}", f"hash-{cubin.decode()}", {"cubin": cubin}
+
+    for _ in range(2):
+        wgmma_hazards.check_compiled(Compiled(b"clean"))
+        with pytest.raises(wgmma_hazards.RegisterOperandHazard, match="kernel_hazard: 1 writes to in-flight"):
+            wgmma_hazards.check_compiled(Compiled(b"hazard"))
+    assert disassembled == [b"clean", b"hazard"]

@@ -17,6 +17,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"\.L_x_(\d+):\s*\n\s*/\*([0-9a-f]+)\*/")
@@ -102,9 +103,33 @@ class RegisterOperandHazard(RuntimeError):
     """A compiled kernel has the ptxas hazard above; its results could be wrong."""
 
 
+CHECK_VERSION = 1  # part of the verdict cache's path: a changed check does not reuse old verdicts
+
+
+def _verdict_path(binary_hash: str) -> Path:
+    from .loader import cache_dir
+    return cache_dir() / "wgmma-checks" / f"v{CHECK_VERSION}" / binary_hash
+
+
 def check_compiled(compiled) -> None:
-    """Raise RegisterOperandHazard if a Triton CompiledKernel for sm_90 has the hazard."""
-    hazards = find_hazards(sass_of(compiled.asm["cubin"]))
-    if hazards:
-        raise RegisterOperandHazard(f"{compiled.name}: {len(hazards)} writes to in-flight wgmma A registers, "
-                                    f"first: {hazards[0]}")
+    """Raise RegisterOperandHazard if a Triton CompiledKernel for sm_90 has the hazard.
+
+    Verdicts are kept on disk by the binary's hash (Triton's, which covers the source, the options and the
+    compiler versions), so a later process skips the disassembly (a few tenths of a second per binary).
+    """
+    path = _verdict_path(compiled.hash)
+    try:
+        verdict = path.read_text()
+    except OSError:
+        hazards = find_hazards(sass_of(compiled.asm["cubin"]))
+        verdict = (f"{compiled.name}: {len(hazards)} writes to in-flight wgmma A registers, first: {hazards[0]}"
+                   if hazards else "")
+        try:  # a cache only: an unwritable folder costs the next process the check again
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            temporary.write_text(verdict)
+            os.replace(temporary, path)
+        except OSError:
+            pass
+    if verdict:
+        raise RegisterOperandHazard(verdict)
