@@ -165,3 +165,17 @@ def test_verdicts_are_kept_on_disk_by_binary_hash(monkeypatch, tmp_path):
         with pytest.raises(wgmma_hazards.RegisterOperandHazard, match="kernel_hazard: 1 writes to in-flight"):
             wgmma_hazards.check_compiled(Compiled(b"hazard"))
     assert disassembled == [b"clean", b"hazard"]
+
+
+def test_a_binary_that_cannot_be_disassembled_is_treated_as_hazardous(monkeypatch, tmp_path):
+    monkeypatch.setenv("OGSGEN_CACHE_DIR", str(tmp_path))
+
+    def no_disassembler(cubin):
+        raise FileNotFoundError("nvdisasm")
+    monkeypatch.setattr(wgmma_hazards, "sass_of", no_disassembler)
+
+    class Compiled:
+        name, hash, asm = "kernel", "hash", {"cubin": b""}
+    with pytest.raises(wgmma_hazards.RegisterOperandHazard, match="could not be read to check .* assuming"):
+        wgmma_hazards.check_compiled(Compiled())
+    assert not list(tmp_path.rglob("hash"))  # no verdict kept: a later process with nvdisasm checks it

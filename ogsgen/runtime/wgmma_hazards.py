@@ -121,7 +121,12 @@ def check_compiled(compiled) -> None:
     try:
         verdict = path.read_text()
     except OSError:
-        hazards = find_hazards(sass_of(compiled.asm["cubin"]))
+        try:
+            sass = sass_of(compiled.asm["cubin"])
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:  # no usable nvdisasm: assume it
+            raise RegisterOperandHazard(f"{compiled.name}: its SASS could not be read to check ({exc}); "
+                                        f"assuming the hazard") from exc
+        hazards = find_hazards(sass)
         verdict = (f"{compiled.name}: {len(hazards)} writes to in-flight wgmma A registers, first: {hazards[0]}"
                    if hazards else "")
         try:  # a cache only: an unwritable folder costs the next process the check again
