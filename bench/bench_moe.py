@@ -14,6 +14,11 @@ Timing: triton.testing.do_bench (eager) and do_bench_cudagraph (graph), medians.
 h200_peer_baseline.md: x bytes + bytes of the weights of experts with at least one row + y bytes; TFLOP/s =
 2 * rows * K * N / time. Writes results.csv, a PNG plot, table.md (times, ratios to the peers, geometric means)
 and a printed table; the environment goes to env.json.
+
+Each implementation's output is also compared with a float32 reference (ogsgen.matmul_ogs_torch on the same
+inputs, mxfp4 weights dequantized as ogsgen quantized them; torch.matmul in float32 for dense): results.csv
+records the relative rms and max errors, and table.md lists every output further than ERROR_LIMIT (rms) from it,
+so that a time is never quoted for a wrong result.
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ import triton
 from triton.testing import do_bench, do_bench_cudagraph
 
 import ogsgen
-from ogsgen.numerics import quantize_mx, swizzle_mx_values
+from ogsgen.numerics import dequantize_mx_torch, quantize_mx, swizzle_mx_values
 
 MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
     "gpt-oss w1": (128, 4, 2880, 5760, "gather"),
@@ -118,6 +123,13 @@ def moe_cases(name, tokens, weight_format, tk):
                 raise t_w
             return tk_matmul.matmul_ogs(x, t_w, None, t_rd, **t_kwargs)
         yield "triton_kernels", run_triton_kernels, flops, bytes_moved
+
+    def reference():  # float32 arithmetic; dequantized mxfp4 is exact in bf16 (one mantissa bit, power-2 scales)
+        w_ref = dense_w if weight_format == "bf16" else \
+            dequantize_mx_torch(values, scales, "e2m1", dtype=torch.bfloat16).mT
+        return ogsgen.matmul_ogs_torch(x, w_ref, None, rd, precision_config=ogsgen.PrecisionConfig(
+            out_dtype=torch.float32), **kwargs)
+    yield "reference", reference, None, None
     if weight_format == "bf16":
         if hasattr(torch, "_grouped_mm"):
             x_sorted = (x[gi.src_indx.long() // top_k] if mode == "gather" else x).contiguous()
@@ -135,6 +147,7 @@ def dense_cases(m, n, k, tk):
     if tk is not None:
         yield "triton_kernels", (lambda: tk[0].matmul_ogs(x, w, None)), flops, bytes_moved
     yield "torch.matmul", (lambda: torch.matmul(x, w)), flops, bytes_moved
+    yield "reference", (lambda: torch.matmul(x.float(), w.float())), None, None
 
 
 def host_overhead_us(fn, calls=200):
@@ -152,6 +165,17 @@ def host_overhead_us(fn, calls=200):
 
 
 PEERS = (("triton_kernels", "triton_kernels"), ("torch._grouped_mm", "torch"), ("torch.matmul", "torch"))
+ERROR_LIMIT = 1e-2  # relative rms error; bf16 rounding gives ~4e-3, a corrupted result ~1e-1
+
+
+def relative_errors(output, reference) -> tuple[float, float] | None:
+    """(rms, max) of output - reference relative to the reference's rms and max magnitude; None when the output
+    does not hold the reference's rows (torch._grouped_mm after a scatter, which it does not do)."""
+    if not isinstance(output, torch.Tensor) or output.shape != reference.shape:
+        return None
+    diff = output.float() - reference
+    rms = (diff.pow(2).mean().sqrt() / reference.pow(2).mean().sqrt().clamp_min(1e-30)).item()
+    return rms, (diff.abs().max() / reference.abs().max().clamp_min(1e-30)).item()
 
 
 def markdown_table(rows) -> str:
@@ -174,6 +198,10 @@ def markdown_table(rows) -> str:
         lines.append(f"| {case} | {t:.1f} | {float(row['tflops']):.1f} | {float(row['tbps']):.2f} | "
                      f"{cells.get('triton_kernels', 'n/a | n/a')} | {cells.get('torch', 'n/a | n/a')} |")
     lines.append("")
+    off = [f"{r['case']} {r['impl']} ({float(r['rms_err']):.1e})" for r in rows
+           if r.get("rms_err") not in (None, "", "n/a") and float(r["rms_err"]) > ERROR_LIMIT]
+    if off:
+        lines.append(f"- outputs off the float32 reference (relative rms error > {ERROR_LIMIT:g}): {'; '.join(off)}")
     for weight_format, values in ratios.items():
         geomean = math.exp(sum(math.log(v) for v in values) / len(values))
         lines.append(f"- {weight_format} MoE, {len(values)} cases: triton_kernels / ogsgen geometric mean "
@@ -205,15 +233,31 @@ def main():
     (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     rows = []
 
+    outputs = []  # (row, output) of this case's implementations, until its reference comes
+
     def record(case, impl, fn, flops, bytes_moved):
+        if impl == "reference":  # the last of a case: compare the outputs kept so far with it
+            reference = fn().float()
+            for row, output in outputs:
+                errors = relative_errors(output, reference)
+                if errors is None:
+                    row.update(rms_err="n/a", max_err="n/a")
+                    continue
+                row.update(rms_err=f"{errors[0]:.2e}", max_err=f"{errors[1]:.2e}")
+                if errors[0] > ERROR_LIMIT:
+                    print(f"{case:42s} {row['impl']:18s} OUTPUT OFF THE REFERENCE: rms {errors[0]:.2e}", flush=True)
+            outputs.clear()
+            return
         try:
-            fn()
+            output = fn()
             eager, graph = median_times(fn)
             row = dict(case=case, impl=impl, eager_us=eager * 1e3, graph_us=graph * 1e3,
-                       tflops=flops / (graph * 1e-3) / 1e12, tbps=bytes_moved / (graph * 1e-3) / 1e12, error="")
+                       tflops=flops / (graph * 1e-3) / 1e12, tbps=bytes_moved / (graph * 1e-3) / 1e12, error="",
+                       rms_err="", max_err="")
+            outputs.append((row, output))
         except Exception as exc:
             row = dict(case=case, impl=impl, eager_us="", graph_us="", tflops="", tbps="",
-                       error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+                       error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}", rms_err="", max_err="")
         rows.append(row)
         print(f"{case:42s} {impl:18s} " + (f"graph {row['graph_us']:9.1f} us  eager {row['eager_us']:9.1f} us  "
                                            f"{row['tflops']:6.1f} TF/s {row['tbps']:5.2f} TB/s"
@@ -230,8 +274,10 @@ def main():
                 record(f"dense bf16 {m}x{n}x{k}", impl, fn, flops, bytes_moved)
     # Host overhead of one eager call of a cached variant (gpt-oss w1, T=1, gather, bf16).
     for impl, fn, _, _ in moe_cases("gpt-oss w1", 1, "bf16", tk):
+        if impl == "reference":
+            continue
         rows.append(dict(case="host overhead T=1 gather", impl=impl, eager_us=host_overhead_us(fn), graph_us="",
-                         tflops="", tbps="", error=""))
+                         tflops="", tbps="", error="", rms_err="", max_err=""))
         print(f"host overhead per eager call      {impl:18s} {rows[-1]['eager_us']:.1f} us")
 
     with open(args.out / "results.csv", "w", newline="") as f:

@@ -3,11 +3,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from bench_moe import markdown_table  # noqa: E402
+import torch  # noqa: E402
+from bench_moe import markdown_table, relative_errors  # noqa: E402
 
 
-def _row(case, impl, graph_us, tflops="", tbps=""):
-    return dict(case=case, impl=impl, eager_us="", graph_us=graph_us, tflops=tflops, tbps=tbps, error="")
+def _row(case, impl, graph_us, tflops="", tbps="", rms_err=""):
+    return dict(case=case, impl=impl, eager_us="", graph_us=graph_us, tflops=tflops, tbps=tbps, error="",
+                rms_err=rms_err)
 
 
 def test_markdown_table_ratios_and_geometric_means():
@@ -29,3 +31,22 @@ def test_markdown_table_ratios_and_geometric_means():
     # bf16: ratios 1.5 and 2.0, geometric mean sqrt(3); the mxfp4 case has no triton_kernels time, so no mean.
     assert "- bf16 MoE, 2 cases: triton_kernels / ogsgen geometric mean 1.73, minimum 1.50" in table
     assert "mxfp4 MoE" not in table
+
+
+def test_outputs_off_the_reference_are_listed_under_the_table():
+    rows = [_row("gpt-oss w1 mxfp4 T=8192", "ogsgen", "3000.0", "300", "0.4", rms_err="4.00e-03"),
+            _row("gpt-oss w1 mxfp4 T=8192", "triton_kernels", "2500.0", rms_err="9.40e-02"),
+            _row("gpt-oss w2 bf16 T=1", "torch._grouped_mm", "10.0", rms_err="n/a")]
+    table = markdown_table(rows)
+    assert ("- outputs off the float32 reference (relative rms error > 0.01): gpt-oss w1 mxfp4 T=8192 "
+            "triton_kernels (9.4e-02)") in table
+    assert "ogsgen (" not in table.split("outputs off")[1]
+    # Results written before the check have no error columns: no such line.
+    assert "outputs off" not in markdown_table([{k: v for k, v in r.items() if k != "rms_err"} for r in rows])
+
+
+def test_relative_errors():
+    reference = torch.tensor([[1.0, -2.0], [3.0, 4.0]])
+    rms, largest = relative_errors(reference + torch.tensor([[0.0, 0.0], [0.0, 0.4]]), reference)
+    assert abs(rms - 0.2 / reference.pow(2).mean().sqrt().item()) < 1e-6 and abs(largest - 0.1) < 1e-6
+    assert relative_errors(reference[:1], reference) is None  # rows that do not match: not comparable
