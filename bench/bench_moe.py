@@ -66,9 +66,10 @@ def triton_kernels_or_none():
 
 
 def triton_kernels_mxfp4(dense_w):
-    """triton_kernels' own mxfp4 weights for Hopper (its swizzled value and scale layouts), as vLLM prepares them."""
+    """triton_kernels' own mxfp4 weights for Hopper (its swizzled value and scale layouts), as vLLM prepares them,
+    and a function giving them back dequantized (bf16, exact) for the reference."""
     from triton_kernels.matmul_ogs import PrecisionConfig
-    from triton_kernels.numerics_details.mxfp import downcast_to_mxfp
+    from triton_kernels.numerics_details.mxfp import downcast_to_mxfp, upcast_from_mxfp
     from triton_kernels.tensor import FP4, convert_layout, wrap_torch_tensor
     from triton_kernels.tensor_details import layout
 
@@ -77,7 +78,7 @@ def triton_kernels_mxfp4(dense_w):
     scale_layout, scale_opts = layout.make_default_matmul_mxfp4_w_scale_layout(mx_axis=1, num_warps=8)
     w = convert_layout(wrap_torch_tensor(values, dtype=FP4), value_layout, **value_opts)
     w_scale = convert_layout(wrap_torch_tensor(scales), scale_layout, **scale_opts)
-    return w, PrecisionConfig(weight_scale=w_scale)
+    return w, PrecisionConfig(weight_scale=w_scale), lambda: upcast_from_mxfp(values, scales, torch.bfloat16, axis=1)
 
 
 def moe_cases(name, tokens, weight_format, tk):
@@ -103,15 +104,24 @@ def moe_cases(name, tokens, weight_format, tk):
     y_rows = rows if mode == "gather" else tokens
     bytes_moved = x.numel() * 2 + w_bytes + y_rows * n * 2
     flops = 2 * rows * k * n
+
+    def reference(w_ref, routing_data, indices):  # float32 arithmetic, rows in that routing's order
+        return ogsgen.matmul_ogs_torch(x, w_ref, None, routing_data, precision_config=ogsgen.PrecisionConfig(
+            out_dtype=torch.float32), **indices)
+    # ogsgen's mxfp4 dequantized: exact in bf16 (one mantissa bit, power-of-two scales)
+    ogsgen_weights = (lambda: dense_w) if weight_format == "bf16" else \
+        (lambda: dequantize_mx_torch(values, scales, "e2m1", dtype=torch.bfloat16).mT)
     yield "ogsgen", lambda: ogsgen.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
     if tk is not None:
         tk_matmul, tk_routing = tk
         t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
         t_kwargs = (dict(gather_indx=t_gi) if mode == "gather"
                     else dict(scatter_indx=t_si, gammas=t_rd.gate_scal.float()))
+        t_indices = dict(t_kwargs)
+        t_dequantized = lambda: dense_w  # noqa: E731
         if weight_format.startswith("mxfp4"):
             try:
-                t_w, t_pc = triton_kernels_mxfp4(dense_w)
+                t_w, t_pc, t_dequantized = triton_kernels_mxfp4(dense_w)
                 t_kwargs["precision_config"] = t_pc
             except Exception as exc:  # recorded as this peer's error row
                 t_w, t_kwargs = exc, {}
@@ -123,13 +133,8 @@ def moe_cases(name, tokens, weight_format, tk):
                 raise t_w
             return tk_matmul.matmul_ogs(x, t_w, None, t_rd, **t_kwargs)
         yield "triton_kernels", run_triton_kernels, flops, bytes_moved
-
-    def reference():  # float32 arithmetic; dequantized mxfp4 is exact in bf16 (one mantissa bit, power-2 scales)
-        w_ref = dense_w if weight_format == "bf16" else \
-            dequantize_mx_torch(values, scales, "e2m1", dtype=torch.bfloat16).mT
-        return ogsgen.matmul_ogs_torch(x, w_ref, None, rd, precision_config=ogsgen.PrecisionConfig(
-            out_dtype=torch.float32), **kwargs)
-    yield "reference", reference, None, None
+        # Its own reference: its routing's row order, and for mxfp4 its own quantization of the same weights.
+        yield "reference triton_kernels", lambda: reference(t_dequantized(), t_rd, t_indices), None, None
     if weight_format == "bf16":
         if hasattr(torch, "_grouped_mm"):
             x_sorted = (x[gi.src_indx.long() // top_k] if mode == "gather" else x).contiguous()
@@ -137,6 +142,7 @@ def moe_cases(name, tokens, weight_format, tk):
             w_grouped = dense_w.mT.contiguous().mT
             yield "torch._grouped_mm", (lambda: torch._grouped_mm(x_sorted, w_grouped, offs=offs)), flops, \
                 bytes_moved
+    yield "reference", lambda: reference(ogsgen_weights(), rd, kwargs), None, None
 
 
 def dense_cases(m, n, k, tk):
@@ -236,9 +242,11 @@ def main():
     outputs = []  # (row, output) of this case's implementations, until its reference comes
 
     def record(case, impl, fn, flops, bytes_moved):
-        if impl == "reference":  # the last of a case: compare the outputs kept so far with it
-            reference = fn().float()
+        if impl.startswith("reference"):  # "reference IMPL" for one implementation, then "reference" for the rest
+            reference, target = fn().float(), impl[len("reference "):]
             for row, output in outputs:
+                if row["rms_err"] or (target and row["impl"] != target):
+                    continue
                 errors = relative_errors(output, reference)
                 if errors is None:
                     row.update(rms_err="n/a", max_err="n/a")
@@ -246,7 +254,8 @@ def main():
                 row.update(rms_err=f"{errors[0]:.2e}", max_err=f"{errors[1]:.2e}")
                 if errors[0] > ERROR_LIMIT:
                     print(f"{case:42s} {row['impl']:18s} OUTPUT OFF THE REFERENCE: rms {errors[0]:.2e}", flush=True)
-            outputs.clear()
+            if not target:
+                outputs.clear()
             return
         try:
             output = fn()
@@ -274,7 +283,7 @@ def main():
                 record(f"dense bf16 {m}x{n}x{k}", impl, fn, flops, bytes_moved)
     # Host overhead of one eager call of a cached variant (gpt-oss w1, T=1, gather, bf16).
     for impl, fn, _, _ in moe_cases("gpt-oss w1", 1, "bf16", tk):
-        if impl == "reference":
+        if impl.startswith("reference"):
             continue
         rows.append(dict(case="host overhead T=1 gather", impl=impl, eager_us=host_overhead_us(fn), graph_us="",
                          tflops="", tbps="", error="", rms_err="", max_err=""))
