@@ -39,7 +39,8 @@ class Hazard:
     instruction: str
 
     def __str__(self):
-        return f"HGMMA at {self.hgmma_address:#x}, its A register rewritten at {self.write_address:#x}: {self.instruction}"
+        return (f"HGMMA at {self.hgmma_address:#x}, its A register rewritten at {self.write_address:#x}: "
+                f"{self.instruction}")
 
 
 def _written_registers(instruction: str) -> set[int]:
