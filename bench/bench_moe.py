@@ -277,6 +277,8 @@ def main():
             for tokens in args.tokens:
                 for impl, fn, flops, bytes_moved in moe_cases(name, tokens, weight_format, tk):
                     record(f"{name} {weight_format} T={tokens}", impl, fn, flops, bytes_moved)
+                write_csv(rows, args.out / "results.csv")  # what is measured so far survives a later failure
+                torch.cuda.empty_cache()
     if not args.no_dense:
         for m, n, k in DENSE_SHAPES:
             for impl, fn, flops, bytes_moved in dense_cases(m, n, k, tk):
@@ -289,12 +291,16 @@ def main():
                          tflops="", tbps="", error="", rms_err="", max_err=""))
         print(f"host overhead per eager call      {impl:18s} {rows[-1]['eager_us']:.1f} us")
 
-    with open(args.out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, args.out / "results.csv")
     (args.out / "table.md").write_text(markdown_table(rows))
     plot(rows, args.out / "results.png")
+
+
+def write_csv(rows, path):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(key for row in rows for key in row)))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def plot(rows, path):

@@ -61,7 +61,7 @@ def encode_e2m1(values: torch.Tensor) -> torch.Tensor:
 
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
     table = torch.tensor(E2M1_VALUES, device=codes.device)
-    magnitude = table[(codes & 7).long()]
+    magnitude = table[(codes & 7).int()]
     return torch.where((codes & 8) != 0, -magnitude, magnitude)
 
 
@@ -90,17 +90,35 @@ def quantize_mx_torch(x: torch.Tensor, element: str, axis: int = -1, rounding: s
     return values.movedim(-1, axis), codes.movedim(-1, axis)
 
 
+DEQUANTIZE_SLAB = 1 << 24  # output elements decoded at a time by dequantize_mx_torch
+
+
 def dequantize_mx_torch(values: torch.Tensor, scales: torch.Tensor, element: str, axis: int = -1,
-                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Inverse of :func:`quantize_mx_torch` (exact: every MX value is representable in float32)."""
+                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Inverse of :func:`quantize_mx_torch` (exact: every MX value is representable in float32).
+
+    Decodes a slab of rows at a time (DEQUANTIZE_SLAB output elements), so that a model's weights take the
+    output's memory plus a bounded temporary rather than several float32/int64 copies of the whole tensor.
+    """
     _check(element)
     axis = axis % values.ndim
-    moved = values.movedim(axis, -1)
+    rows = values.movedim(axis, -1)
+    row_scales = scales.movedim(axis, -1)
+    size = rows.shape[-1] * (2 if element == "e2m1" else 1)
+    out = torch.empty((*rows.shape[:-1], size), dtype=dtype, device=values.device)
+    flat_rows, flat_scales = rows.reshape(-1, rows.shape[-1]), row_scales.reshape(-1, row_scales.shape[-1])
+    flat_out = out.view(-1, size)
+    step = max(1, DEQUANTIZE_SLAB // max(size, 1))
+    for start in range(0, flat_rows.shape[0], step):
+        flat_out[start:start + step] = _dequantize_rows(flat_rows[start:start + step],
+                                                        flat_scales[start:start + step], element, size)
+    return out.movedim(-1, axis)
+
+
+def _dequantize_rows(rows: torch.Tensor, scales: torch.Tensor, element: str, size: int) -> torch.Tensor:
+    """Float32 values of MX rows (the last axis is the quantized one)."""
     if element == "e2m1":
-        codes = torch.stack([moved & 0xF, moved >> 4], dim=-1).flatten(-2)
-        decoded = decode_e2m1(codes)
+        decoded = decode_e2m1(torch.stack([rows & 0xF, rows >> 4], dim=-1).flatten(-2))
     else:
-        decoded = moved.view(FP8_DTYPES[element]).float()
-    size = decoded.shape[-1]
-    factors = _pow2(scales.movedim(axis, -1)).repeat_interleave(MX_BLOCK, dim=-1)[..., :size]
-    return (decoded * factors).movedim(-1, axis).to(dtype)
+        decoded = rows.view(FP8_DTYPES[element]).float()
+    return decoded * _pow2(scales).repeat_interleave(MX_BLOCK, dim=-1)[..., :size]
