@@ -14,7 +14,7 @@ PROVENANCE = {
     'catalog': 'ogsgen:default',
     'functions': {},
     'helpers': {
-        'mma_completed': 'c5c17b9f4f502c45720898874e99b224502a3a6b9660aa01672ce09a7e0a996e',
+        'mma_completed': '304fcca055d22d48f0205e8ab0021eba187525f10f53ba1bdff68131e08be0a4',
         'upcast_mx_rows': 'facc34d2743d4ecf08cc9c7b42327b0e6e103e0da5736bdf1a98777580755b9d',
     },
     'ogsgen_version': '0.1.0',

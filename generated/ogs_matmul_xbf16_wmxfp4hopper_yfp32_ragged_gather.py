@@ -14,7 +14,7 @@ PROVENANCE = {
     'catalog': 'ogsgen:default',
     'functions': {},
     'helpers': {
-        'mma_completed': 'c5c17b9f4f502c45720898874e99b224502a3a6b9660aa01672ce09a7e0a996e',
+        'mma_completed': '304fcca055d22d48f0205e8ab0021eba187525f10f53ba1bdff68131e08be0a4',
         'upcast_mxfp4_hopper_rows': 'd7974a0441b24de42fe4738823e8618d7fce47b68521d7bb7926b5ea15a0a1d5',
     },
     'ogsgen_version': '0.1.0',

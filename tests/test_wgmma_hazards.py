@@ -137,7 +137,7 @@ def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch):
     values, scales = quantize_mx(torch.randn(64, 32).mT.contiguous(), "e2m1", axis=-1)
     x = torch.randn(8, 64).bfloat16()
     pc = ogsgen.PrecisionConfig(weight_scale=scales.mT)
-    with pytest.warns(RuntimeWarning, match="ptxas before 13.3 .* wait for each wgmma"):
+    with pytest.warns(RuntimeWarning, match="ptxas let the next K step .* wait for each wgmma"):
         ogsgen.matmul_ogs(x, values.mT, None, precision_config=pc)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

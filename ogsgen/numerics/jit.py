@@ -146,7 +146,7 @@ def upcast_mxfp4_hopper_rows(values, scales):
 def mma_completed(acc, k):
     """``acc``, unchanged (``k`` >= 0), through a select the compiler cannot remove: the dot that produced it
     must complete before the loop goes on. For K loops whose dot reads registers written in the loop (the
-    upcast W): ptxas before 13.3 may reuse them while an asynchronous wgmma still reads them
+    upcast W): ptxas may reuse them while an asynchronous wgmma still reads them
     (triton-lang/triton#9433; ogsgen.runtime.wgmma_hazards)."""
     return tl.where(k >= 0, acc, 0.0)
 

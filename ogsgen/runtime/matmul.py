@@ -394,10 +394,10 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
         _WAIT_MMA.add((variant, flags))
         loader.log.info("%s; launch parameters %s now wait for each wgmma", hazard, flags)
         if len(_WAIT_MMA) == 1:  # once per process; each configuration is logged on the ogsgen logger
-            warnings.warn(f"ogsgen: {hazard}. ptxas before 13.3 lets the next K step overwrite registers a wgmma "
-                          f"still reads (triton-lang/triton#9433); MX-weight kernels where this happens now wait "
-                          f"for each wgmma instead (slower, correct). ptxas >= 13.3 (TRITON_PTXAS_PATH) avoids "
-                          f"the wait.", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"ogsgen: {hazard}. ptxas let the next K step overwrite registers a wgmma still "
+                          f"reads (triton-lang/triton#9433); MX-weight kernels where this happens now wait for "
+                          f"each wgmma instead (slower, correct). Triton 3.9 compiles them without the hazard.",
+                          RuntimeWarning, stacklevel=3)
         args["WAIT_MMA"] = True
         launcher.launch(kernel, grid, args, **options)
 

@@ -2,9 +2,10 @@
 
 The MX-weight kernels upcast W in registers and feed it to Hopper's ``wgmma`` as its A operand. wgmma reads
 those registers asynchronously, until a ``wgmma.wait_group`` retires it. Triton pipelines the K loop with a few
-wgmmas in flight, and ptxas releases before CUDA 13.3 may schedule the next K step's writes into the registers
-of a wgmma still in flight (triton-lang/triton#9433): the product then uses partly next-step values. Whether a
-binary has the problem depends on ptxas's register allocation, so it is checked per compiled binary, on its SASS.
+wgmmas in flight, and ptxas may schedule the next K step's writes into the registers of a wgmma still in
+flight (triton-lang/triton#9433): the product then uses partly next-step values. Whether a binary has the
+problem depends on the PTX and on ptxas's register allocation (Triton 3.6's binaries have it, also assembled by
+ptxas 13.4; Triton 3.9's do not), so it is checked per compiled binary, on its SASS.
 
 The check follows the K loop (a backward branch) twice, keeping the A registers of each issued HGMMA until a
 ``WARPGROUP.DEPBAR.LE gsb0, N`` retires it (all but the N most recent), and reports every instruction that
