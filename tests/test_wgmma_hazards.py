@@ -120,7 +120,7 @@ def test_wait_mma_is_refused_without_mx_weights(device):
             pass
 
 
-def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch):
+def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch, device):
     # Simulated Hopper: the first compile of the asynchronous kernel fails the check; the call warns, launches the
     # wait_mma binary instead, and later calls with the same parameters go straight to it.
     launches = []
@@ -134,8 +134,8 @@ def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch):
     monkeypatch.setattr(matmul, "_has_wgmma", lambda x: True)
     monkeypatch.setattr(matmul, "_WAIT_MMA", set())
     from ogsgen.numerics import quantize_mx
-    values, scales = quantize_mx(torch.randn(64, 32).mT.contiguous(), "e2m1", axis=-1)
-    x = torch.randn(8, 64).bfloat16()
+    values, scales = quantize_mx(torch.randn(64, 32, device=device).mT.contiguous(), "e2m1", axis=-1)
+    x = torch.randn(8, 64, device=device).bfloat16()
     pc = ogsgen.PrecisionConfig(weight_scale=scales.mT)
     with pytest.warns(RuntimeWarning, match="ptxas let the next K step .* wait for each wgmma"):
         ogsgen.matmul_ogs(x, values.mT, None, precision_config=pc)
