@@ -91,9 +91,10 @@ def test_wait_mma_removes_the_hazard_from_a_real_sm90_binary():
     # gpt-oss w1 mxfp4 at its large-batch tile: ptxas 12.8 (Triton 3.6) overwrites A registers in flight (found
     # by the check, and wrong on the H200: bench/probes/mx_tile_check.py); with wait_mma the binary is clean.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # The tests folder and the repository root: a relative PYTHONPATH entry would resolve against cwd=HERE.
+    path = os.pathsep.join([str(HERE), str(HERE.parent), env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", "import test_wgmma_hazards as t; print(t.hazards_in_sm90_compiles())"],
-                          cwd=HERE, env=dict(env, PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])),
-                          capture_output=True, text=True, timeout=600)
+                          cwd=HERE, env=dict(env, PYTHONPATH=path), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     rs_hgmmas, hazards = result["True"]
