@@ -174,6 +174,15 @@ PEERS = (("triton_kernels", "triton_kernels"), ("torch._grouped_mm", "torch"), (
 ERROR_LIMIT = 1e-2  # relative rms error; bf16 rounding gives ~4e-3, a corrupted result ~1e-1
 
 
+def hazard_replacements() -> str:
+    """What matmul_ogs ran instead of MX binaries with the wgmma register hazard since ``_REPLACED`` was last
+    cleared (ogsgen.runtime.wgmma_hazards): "" (none), "wait", or fallback tiles such as "16x128x128x8x3"."""
+    from ogsgen.runtime.matmul import _REPLACED
+    return " ".join(sorted({"wait" if f.wait_mma else
+                            "x".join(map(str, (f.block_m, f.block_n, f.block_k, f.num_warps, f.num_stages)))
+                            for f in _REPLACED.values()}))
+
+
 def relative_errors(output, reference) -> tuple[float, float] | None:
     """(rms, max) of output - reference relative to the reference's rms and max magnitude; None when the output
     does not hold the reference's rows (torch._grouped_mm after a scatter, which it does not do)."""

@@ -50,3 +50,15 @@ def test_relative_errors():
     rms, largest = relative_errors(reference + torch.tensor([[0.0, 0.0], [0.0, 0.4]]), reference)
     assert abs(rms - 0.2 / reference.pow(2).mean().sqrt().item()) < 1e-6 and abs(largest - 0.1) < 1e-6
     assert relative_errors(reference[:1], reference) is None  # rows that do not match: not comparable
+
+
+def test_hazard_replacements_name_what_ran_instead(monkeypatch):
+    from bench_moe import hazard_replacements
+    from ogsgen.runtime import matmul
+    from ogsgen.runtime.opt_flags import OptFlags
+    tile = OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=3, fallback_tile=(128, 128, 8, 3))
+    monkeypatch.setattr(matmul, "_REPLACED", {})
+    assert hazard_replacements() == ""
+    matmul._REPLACED.update({("a", tile): OptFlags(16, 128, 128, group_m=8, num_warps=8, num_stages=3),
+                             ("b", tile): OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=3, wait_mma=True)})
+    assert hazard_replacements() == "16x128x128x8x3 wait"

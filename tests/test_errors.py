@@ -127,7 +127,9 @@ def test_reduction_n_power_of_two():
                                                  ({"block_m": 48}, "must be a power of two"),
                                                  ({"block_k": 8}, "at least 16"),
                                                  ({"num_warps": 0}, "positive int"),
-                                                 ({"persistent": 2}, "persistent must be True or False")])
+                                                 ({"persistent": 2}, "persistent must be True or False"),
+                                                 ({"fallback_tile": (128, 128, 8)}, "fallback_tile must be None or"),
+                                                 ({"fallback_tile": [128, 128, 8, 3]}, "positive ints, got")])
 def test_bad_constraints(constraints, message):
     with pytest.raises(ogsgen.InapplicableConstraint, match=message):
         with ogsgen.opt_flags_constraints(**constraints):

@@ -121,29 +121,108 @@ def test_wait_mma_is_refused_without_mx_weights(device):
             pass
 
 
-def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch, device):
-    # Simulated Hopper: the first compile of the asynchronous kernel fails the check; the call warns, launches the
-    # wait_mma binary instead, and later calls with the same parameters go straight to it.
+def _simulate_hopper(monkeypatch, hazardous):
+    """matmul_ogs as on Hopper, with launches recorded (WAIT_MMA, BLOCK_N, num_warps, checked) and none run; a
+    checked launch raises what ``hazardous(args, options)`` returns (an exception, or None for a clean binary)."""
     launches = []
 
     def fake_launch(kernel, grid, args, verify=None, **options):
-        launches.append((args["WAIT_MMA"], verify is not None))
-        if verify is not None:
-            raise wgmma_hazards.RegisterOperandHazard("kernel: 1 writes to in-flight wgmma A registers")
+        launches.append((args["WAIT_MMA"], args["BLOCK_N"], options["num_warps"], verify is not None))
+        problem = hazardous(args, options) if verify is not None else None
+        if problem is not None:
+            raise problem
 
     monkeypatch.setattr(launcher, "launch", fake_launch)
     monkeypatch.setattr(matmul, "_has_wgmma", lambda x: True)
-    monkeypatch.setattr(matmul, "_WAIT_MMA", set())
+    monkeypatch.setattr(matmul, "_REPLACED", {})
+    return launches
+
+
+def _mx_call(device, hopper: bool):
+    """A dense mxfp4 call of 8 rows (so 16-row tiles): strided or hopper-layout values."""
     from ogsgen.numerics import quantize_mx
-    values, scales = quantize_mx(torch.randn(64, 32, device=device).mT.contiguous(), "e2m1", axis=-1)
-    x = torch.randn(8, 64, device=device).bfloat16()
+    from ogsgen.numerics.layouts import swizzle_mx_values
+    values, scales = quantize_mx(torch.randn(256, 128, device=device).mT.contiguous(), "e2m1", axis=-1)  # K=256
+    w = swizzle_mx_values(values.mT, capability=(9, 0)) if hopper else values.mT
+    x = torch.randn(8, 256, device=device).bfloat16()
     pc = ogsgen.PrecisionConfig(weight_scale=scales.mT)
+    return lambda: ogsgen.matmul_ogs(x, w, None, precision_config=pc)
+
+
+def _hazard():
+    return wgmma_hazards.RegisterOperandHazard("kernel: 1 writes to in-flight wgmma A registers")
+
+
+def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch, device):
+    # Strided mxfp4 has no fallback tile: the first call warns and runs the same tile waiting for each wgmma
+    # (checked too); later calls with the same parameters go straight to it.
+    launches = _simulate_hopper(monkeypatch, lambda args, options: None if args["WAIT_MMA"] else _hazard())
+    call = _mx_call(device, hopper=False)
     with pytest.warns(RuntimeWarning, match="ptxas let the next K step .* wait for each wgmma"):
-        ogsgen.matmul_ogs(x, values.mT, None, precision_config=pc)
+        call()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ogsgen.matmul_ogs(x, values.mT, None, precision_config=pc)
-    assert launches == [(False, True), (True, False), (True, False)]
+        call()
+    tile = launches[0][1:3]
+    assert launches == [(False, *tile, True), (True, *tile, True), (True, *tile, True)]
+
+
+def test_a_hazardous_hopper_tile_runs_its_clean_fallback_tile(monkeypatch, device):
+    # Hopper-layout 16-row tiles carry a fallback tile (8 warps): its binary is checked, clean here, and used
+    # from then on, without waiting.
+    launches = _simulate_hopper(monkeypatch, lambda args, options: _hazard() if options["num_warps"] == 4 else None)
+    call = _mx_call(device, hopper=True)
+    with pytest.warns(RuntimeWarning, match="now run a tile whose binary is clean"):
+        call()
+    call()
+    assert launches == [(False, 128, 4, True), (False, 128, 8, True), (False, 128, 8, True)]
+    (original, replacement), = matmul._REPLACED.items()
+    assert (replacement.num_warps, replacement.wait_mma, replacement.fallback_tile) == (8, False, None)
+    assert original[1].fallback_tile == (128, 128, 8, 3)
+
+
+@pytest.mark.parametrize("problem", ["hazard", "too much shared memory"])
+def test_a_fallback_tile_that_cannot_run_leaves_the_waiting_kernel(monkeypatch, device, problem):
+    from triton.runtime.errors import OutOfResources
+
+    def hazardous(args, options):
+        if args["WAIT_MMA"]:
+            return None
+        if options["num_warps"] == 8:
+            return _hazard() if problem == "hazard" else OutOfResources(245760, 232448, "shared memory")
+        return _hazard()
+    launches = _simulate_hopper(monkeypatch, hazardous)
+    with pytest.warns(RuntimeWarning):
+        _mx_call(device, hopper=True)()
+    assert launches == [(False, 128, 4, True), (False, 128, 8, True), (True, 128, 4, True)]
+
+
+def test_a_waiting_kernel_with_the_hazard_is_an_error(monkeypatch, device):
+    _simulate_hopper(monkeypatch, lambda args, options: _hazard())
+    with pytest.raises(wgmma_hazards.RegisterOperandHazard, match="the waiting kernel has it too.*opt_flags"):
+        _mx_call(device, hopper=False)()
+
+
+def test_hopper_mx_flags_carry_a_fallback_tile_unless_the_tile_is_asked_for():
+    from dataclasses import asdict
+    from ogsgen.runtime.opt_flags import make_opt_flags
+
+    def flags(rows, constraints=()):  # gpt-oss w1 shape, hopper-layout mxfp4, 128 experts, H200
+        return make_opt_flags(2, 1, rows * 128, 5760, 2880, 1, 128, rows, True, 132, "hopper",
+                              constraints=constraints)
+    assert [flags(rows).fallback_tile for rows in (8, 64, 128)] == [(128, 128, 8, 3), None, (256, 128, 8, 4)]
+    assert make_opt_flags(2, 1, 8 * 128, 5760, 2880, 1, 128, 8, True, 132, "strided").fallback_tile is None
+    assert flags(8, (("num_stages", 4),)).fallback_tile is None
+    # Warm-up reproduces a call's flags as constraints: all of them, so the fallback tile stays.
+    assert flags(8, tuple(sorted(asdict(flags(8)).items()))) == flags(8)
+
+
+def test_a_tile_asked_for_has_no_fallback_tile(monkeypatch, device):
+    # Constraints on the tile drop the heuristic's fallback: the tile asked for runs, or its waiting kernel.
+    launches = _simulate_hopper(monkeypatch, lambda args, options: None if args["WAIT_MMA"] else _hazard())
+    with ogsgen.opt_flags_constraints(num_warps=4), pytest.warns(RuntimeWarning):
+        _mx_call(device, hopper=True)()
+    assert launches == [(False, 128, 4, True), (True, 128, 4, True)]
 
 
 def test_verdicts_are_kept_on_disk_by_binary_hash(monkeypatch, tmp_path):

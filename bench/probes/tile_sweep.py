@@ -7,6 +7,8 @@ Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_const
 tile and writes OUT/tile_sweep_FORMAT.csv (CUDA-graph medians, and each tile's largest difference from the
 heuristic's output relative to its largest magnitude, a check that the tile computes the same result). The
 heuristic in ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTES.md records them.
+``replaced_by``: the MX binary had ptxas's wgmma register hazard, and the call ran this instead ("wait": the
+waiting kernel; a tile: the heuristic's fallback tile; see ogsgen.runtime.wgmma_hazards).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_moe  # noqa: E402  (the benchmark's case builders)
 
 import ogsgen  # noqa: E402
+from ogsgen.runtime import matmul  # noqa: E402
 
 TILES = [  # block_m, block_n, block_k, num_warps, num_stages
     (128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (128, 256, 64, 8, 4),
@@ -85,7 +88,9 @@ def main():
                     def run(constraints=constraints):
                         with ogsgen.opt_flags_constraints(**constraints):
                             return fn()
+                matmul._REPLACED.clear()
                 diff = (run().float() - reference).abs().max() / reference.abs().max()
+                row["replaced_by"] = bench_moe.hazard_replacements()
                 ms = do_bench_cudagraph(run, rep=100, return_mode="median")
                 row.update(us=round(ms * 1e3, 1), tflops=round(flops / ms / 1e9, 1),
                            diff_vs_heuristic=f"{diff.item():.1e}")
@@ -94,10 +99,10 @@ def main():
             rows.append(row)
             print(row, flush=True)
             torch.cuda.empty_cache()
-    with open(args.out / f"tile_sweep_{args.format}.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        writer.writeheader()
-        writer.writerows(rows)
+            with open(args.out / f"tile_sweep_{args.format}.csv", "w", newline="") as f:  # kept if cut short
+                writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+                writer.writeheader()
+                writer.writerows(rows)
 
 
 if __name__ == "__main__":

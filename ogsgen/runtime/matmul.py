@@ -4,10 +4,11 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
+from triton.runtime.errors import OutOfResources
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..codegen.render import ARG_PREFIX
@@ -16,7 +17,7 @@ from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.layouts import HOPPER_GROUP, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
-from ..spec.variant import KernelVariant, split_k_plan, topk_plan
+from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan
 from . import launcher, loader, wgmma_hazards
 from .opt_flags import current_constraints, make_opt_flags, reduce_tile, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
@@ -349,9 +350,62 @@ def _fn_args(kind: str, specs, values) -> dict:
     return {ARG_PREFIX[kind] + name: value for name, value in zip(specs.fn_arg_names, values)}
 
 
-def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, *, bias, betas, gammas,
+def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, **operands):
+    """One matmul kernel writing ``out``: (M, N) / (B, M, N) rows, or (S, B, M, N) fp32 partials.
+
+    ``operands``: bias, betas, gammas, y_acc_in, out_alpha and optionally split_k. MX-weight binaries on Hopper
+    are checked for ptxas's wgmma register hazard before their first launch; one that has it is replaced for
+    good (per variant and flags) by :func:`_launch_hazard_free`.
+    """
+    flags = _REPLACED.get((variant, flags), flags)
+    kernel, grid, args, options = _matmul_launch(variant, call, flags, out, **operands)
+    if variant.w.scaling != "block_e8m0" or not _has_wgmma(call.x):
+        launcher.launch(kernel, grid, args, **options)
+        return
+    try:
+        launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, **options)
+    except wgmma_hazards.RegisterOperandHazard as hazard:
+        if flags.wait_mma:
+            raise wgmma_hazards.RegisterOperandHazard(
+                f"{hazard}: the waiting kernel has it too, so no binary of {canonical_name(variant)} with launch "
+                f"parameters {flags} is safe; try other opt_flags_constraints or another Triton release") from hazard
+        _launch_hazard_free(variant, call, flags, out, hazard, **operands)
+
+
+def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, hazard, **operands):
+    """Run a call whose MX binary has the wgmma register hazard on the flags' fallback tile if that binary is
+    clean and fits, else on the same tile waiting for each wgmma (checked as well). The choice is remembered
+    for (variant, flags), logged, and warned about once per process."""
+    replacement = None
+    if flags.fallback_tile is not None:
+        block_n, block_k, num_warps, num_stages = flags.fallback_tile
+        candidate = replace(flags, block_n=block_n, block_k=block_k, num_warps=num_warps, num_stages=num_stages,
+                            fallback_tile=None)
+        kernel, grid, args, options = _matmul_launch(variant, call, candidate, out, **operands)
+        try:
+            launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, **options)
+            replacement = candidate
+        except (wgmma_hazards.RegisterOperandHazard, OutOfResources) as exc:
+            loader.log.info("fallback tile of %s not used: %s", flags, exc)
+    if replacement is None:
+        replacement = replace(flags, wait_mma=True, fallback_tile=None)
+        _launch_matmul(variant, call, replacement, out, **operands)
+    _REPLACED[(variant, flags)] = replacement
+    loader.log.info("%s; launch parameters %s now run as %s", hazard, flags, replacement)
+    if len(_REPLACED) == 1:  # once per process; each configuration is logged on the ogsgen logger
+        warnings.warn(f"ogsgen: {hazard}. ptxas let the next K step overwrite registers a wgmma still reads "
+                      f"(triton-lang/triton#9433); MX-weight kernels where this happens now run a tile whose "
+                      f"binary is clean or wait for each wgmma instead (slower, correct). Triton 3.9 compiles "
+                      f"them without the hazard.", RuntimeWarning, stacklevel=4)
+
+
+# (variant, opt flags) whose MX binary had the wgmma register hazard -> the flags their calls run instead.
+_REPLACED: dict = {}
+
+
+def _matmul_launch(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, *, bias, betas, gammas,
                    y_acc_in, out_alpha, split_k: int = 1):
-    """One matmul kernel writing ``out``: (M, N) / (B, M, N) rows, or (S, B, M, N) fp32 partials."""
+    """(kernel, grid, arguments, options) of the matmul kernel for these flags."""
     ragged = variant.ragged
     if flags.persistent:
         args, grid = _persistent_operand_args(variant, call, flags)
@@ -384,26 +438,7 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
         args.update(EPILOGUE_FN=call.epi.specs.fn,
                     **_fn_args("epilogue", call.epi.specs, call.epi.fn_arg_values_matmul))
     kernel = loader.kernel_for(variant, persistent=flags.persistent)
-    options = dict(num_warps=flags.num_warps, num_stages=flags.num_stages)
-    if variant.w.scaling != "block_e8m0" or args["WAIT_MMA"] or not _has_wgmma(call.x):
-        launcher.launch(kernel, grid, args, **options)
-        return
-    try:
-        launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, **options)
-    except wgmma_hazards.RegisterOperandHazard as hazard:
-        _WAIT_MMA.add((variant, flags))
-        loader.log.info("%s; launch parameters %s now wait for each wgmma", hazard, flags)
-        if len(_WAIT_MMA) == 1:  # once per process; each configuration is logged on the ogsgen logger
-            warnings.warn(f"ogsgen: {hazard}. ptxas let the next K step overwrite registers a wgmma still "
-                          f"reads (triton-lang/triton#9433); MX-weight kernels where this happens now wait for "
-                          f"each wgmma instead (slower, correct). Triton 3.9 compiles them without the hazard.",
-                          RuntimeWarning, stacklevel=3)
-        args["WAIT_MMA"] = True
-        launcher.launch(kernel, grid, args, **options)
-
-
-# (variant, opt flags) whose compiled MX kernel had the wgmma register hazard: their calls wait for each wgmma.
-_WAIT_MMA: set = set()
+    return kernel, grid, args, dict(num_warps=flags.num_warps, num_stages=flags.num_stages)
 
 
 @lru_cache(maxsize=None)
@@ -429,7 +464,7 @@ def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch
         scale = call.pc.weight_scale
         args.update(WMxScale=scale, stride_wmx_b=scale.stride(0) if scale.ndim == 3 else 0,
                     stride_wmx_k=scale.stride(-2), stride_wmx_n=scale.stride(-1),
-                    WAIT_MMA=flags.wait_mma or (variant, flags) in _WAIT_MMA)
+                    WAIT_MMA=flags.wait_mma)
     if variant.x.scaling == "flexpoint":
         args["XScale"] = flex.lhs_data.scale
     if variant.w.scaling == "flexpoint":

@@ -27,11 +27,16 @@ class OptFlags:
     split_k: int = 1
     persistent: bool = False  # the variant's persistent TMA kernel (one program per SM) instead of one per tile
     wait_mma: bool = False    # MX weights: each K step's wgmma completes before the next (see wgmma_hazards)
+    # MX weights: (block_n, block_k, num_warps, num_stages) to try, same block_m, when this tile's binary has the
+    # wgmma register hazard, before the waiting kernel (matmul_ogs checks that one too).
+    fallback_tile: tuple | None = None
 
 
 CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
 _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
 _BOOLEAN_KEYS = ("persistent", "wait_mma")
+# Constraints that choose the tile: the heuristic's fallback tile is dropped unless it is constrained too.
+_TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "persistent", "wait_mma")
 _constraints: contextvars.ContextVar[tuple] = contextvars.ContextVar("ogsgen_opt_flags_constraints", default=())
 
 
@@ -48,6 +53,12 @@ def opt_flags_constraints(**constraints):
         if key in _BOOLEAN_KEYS:
             if not isinstance(value, bool):
                 raise InapplicableConstraint(f"opt_flags_constraints: {key} must be True or False, got {value!r}")
+            continue
+        if key == "fallback_tile":
+            if value is not None and not (isinstance(value, tuple) and len(value) == 4 and all(
+                    isinstance(v, int) and v >= 1 for v in value)):
+                raise InapplicableConstraint(f"opt_flags_constraints: fallback_tile must be None or (block_n, "
+                                             f"block_k, num_warps, num_stages), positive ints, got {value!r}")
             continue
         if not isinstance(value, int) or value < 1:
             raise InapplicableConstraint(f"opt_flags_constraints: {key} must be a positive int, got {value!r}")
@@ -80,6 +91,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
                can_persist) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
+    fallback_tile = None
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32.
     block_k = max(16, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
@@ -107,12 +119,20 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # feeds the MMA from registers (sm_90 SASS: wider W tiles per warpgroup go through shared memory).
         # Measured on the H200 (bench/probes/tile_sweep.py --format mxfp4, bench/NOTES.md): 16-row tiles
         # want K tiles of 128 with one warpgroup; 128-row tiles 256-wide W tiles over four warpgroups.
+        # Where Triton 3.6's binaries of these tiles have ptxas's wgmma register hazard, the fallback tiles below
+        # are tried before the waiting kernel: hazard-free in those builds for the gpt-oss and DeepSeek-V3 shapes
+        # they were checked on (bench/probes/offline_sm90_check.py), and measured on the H200 faster than the
+        # waiting kernel (bench/results/2026-11-30f-probes): 16 rows 2-3% slower than the hazardous tile where
+        # waiting costs 28-42%; 128 rows gpt-oss w1 T=8192 3493 us against 4266 waiting. 64 rows: none (the
+        # clean candidates lose to waiting on gpt-oss w2).
         if block_m <= 32:
             block_n, block_k, num_warps, num_stages = 128, 128, 4, 3
+            fallback_tile = (128, 128, 8, 3) if block_m == 16 else None
         elif block_m == 64:
             block_n, block_k, num_warps, num_stages = 128, 64, 8, 4
         else:
             block_n, block_k, num_warps, num_stages = 256, 64, 16, 3
+            fallback_tile = (256, 128, 8, 4)
     split_k = 1
     tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n)
     k_tiles = triton.cdiv(k, block_k)
@@ -120,7 +140,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     if can_split and n_sms and 2 * tiles <= n_sms and k_tiles >= 16:
         split_k = max(1, min(n_sms // tiles, k_tiles // 8, 8))
     return OptFlags(block_m, block_n, block_k, group_m=8, num_warps=num_warps, num_stages=num_stages,
-                    split_k=split_k)
+                    split_k=split_k, fallback_tile=fallback_tile)
 
 
 @lru_cache(maxsize=1024)
@@ -149,7 +169,10 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4)
     if y_mx:  # each output tile holds whole 32-column scale blocks
         flags = replace(flags, block_n=max(flags.block_n, 32 * reduction_n))
-    flags = replace(flags, **dict(constraints))
+    constrained = dict(constraints)
+    if "fallback_tile" not in constrained and any(key in constrained for key in _TILE_KEYS):
+        flags = replace(flags, fallback_tile=None)  # a tile asked for is the tile run (or its waiting kernel)
+    flags = replace(flags, **constrained)
     if y_mx and (flags.block_n // reduction_n) % 32:
         raise InapplicableConstraint(f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a "
                                      f"multiple of 32")

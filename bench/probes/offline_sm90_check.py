@@ -1,0 +1,128 @@
+"""Probe, no GPU needed: which launch parameters give an MX kernel ptxas's in-flight wgmma register hazard.
+
+    PYTHONPATH=. python bench/probes/offline_sm90_check.py --out DIR --cases "gpt-oss w1:8192" ... \
+        --tiles 128x256x64x16x3 ... [--format mxfp4]
+
+Run it with the Triton release of the GPU machine (its ptxas decides). Each case's call goes through
+``ogsgen.matmul_ogs`` on CPU tensors of the real shapes with the launch captured (no kernel runs); the
+captured arguments go through Triton's own binder for an sm_90 target, so the binary is specialized as a
+launch on the H200 would specialize it (dtypes, 16-byte alignment, integers equal to 1 or multiples of 16,
+EVEN_K), then compiled, disassembled and checked by ``ogsgen.runtime.wgmma_hazards``. Writes
+DIR/offline_sm90_check.csv: per case and tile, each kernel launched, its hazards and shared memory (over
+227 KiB, the launch would fail). It says which tiles the shipped path runs asynchronously; only a GPU says
+how fast they are.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+from pathlib import Path
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("run without TRITON_INTERPRET: the probe compiles the real kernels")
+
+import torch  # noqa: E402
+from triton import knobs  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, compile as triton_compile, make_backend  # noqa: E402
+from triton.runtime.jit import create_function_from_signature  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_moe import MOE_SHAPES  # noqa: E402
+
+import ogsgen  # noqa: E402
+from ogsgen.moe.reference import routing_torch  # noqa: E402
+from ogsgen.numerics.layouts import swizzle_mx_values  # noqa: E402
+from ogsgen.runtime import launcher, matmul, wgmma_hazards  # noqa: E402
+
+SM90 = GPUTarget("cuda", 90, 32)
+H200_SHARED_LIMIT = 232448  # bytes a block may use on sm_90
+
+
+def case_call(name: str, tokens: int, weight_format: str, max_experts: int):
+    """A function running the case's ``matmul_ogs`` call on CPU tensors of its shapes (contents unused). Beyond
+    ``max_experts`` experts, fewer experts and tokens with the same rows per expert: the same launch parameters
+    and binaries (no kernel specializes on either count), a fraction of the memory."""
+    if weight_format != "mxfp4":
+        raise SystemExit("only --format mxfp4 (the hopper layout) is checked: the other kernels read W from "
+                         "shared memory")
+    n_expts, top_k, k, n, mode = MOE_SHAPES[name]
+    if n_expts > max_experts:
+        tokens, n_expts = max(1, tokens * max_experts // n_expts), max_experts
+    rd, gi, si = routing_torch(torch.randn(tokens, n_expts), top_k)
+    x = torch.empty((tokens if mode == "gather" else tokens * top_k), k, dtype=torch.bfloat16)
+    # Stored as bench_moe stores them (K-contiguous, as quantize_mx makes them along K): strides are specialized.
+    w = swizzle_mx_values(torch.zeros(n_expts, n, k // 2, dtype=torch.uint8).mT, capability=(9, 0))
+    pc = ogsgen.PrecisionConfig(weight_scale=torch.zeros(n_expts, n, k // 32, dtype=torch.uint8).mT)
+    kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si, gammas=rd.gate_scal.float())
+    return lambda: ogsgen.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs)
+
+
+def captured_launches(call, tile):
+    """(kernel, grid, args, options) of each launch ``call`` makes under the tile's constraints (none runs)."""
+    launches = []
+    real_launch, real_interpreting = launcher.launch, matmul._interpreting
+    launcher.launch = lambda kernel, grid, args, verify=None, **options: launches.append((kernel, grid, args,
+                                                                                          options))
+    matmul._interpreting = lambda: True  # CPU tensors are accepted; kernels are still the compiled ones
+    try:
+        constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile or ()))
+        with ogsgen.opt_flags_constraints(**constraints):
+            call()
+    finally:
+        launcher.launch, matmul._interpreting = real_launch, real_interpreting
+    return launches
+
+
+def compile_for_sm90(kernel, args: dict, options: dict):
+    """The binary a launch with these arguments compiles on an sm_90 GPU (Triton's binder and compile)."""
+    backend = make_backend(SM90)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    kwargs = dict(args, **options, debug=False, instrumentation_mode=knobs.compilation.instrumentation_mode)
+    bound_args, specialization, parsed = binder(**kwargs)
+    parsed, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound_args, specialization, parsed)
+    source = ASTSource(kernel, signature, constexprs, attrs)
+    return triton_compile(source, target=SM90, options=parsed.__dict__)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--format", default="mxfp4", choices=["mxfp4"])
+    parser.add_argument("--cases", nargs="+", required=True, help='"shape:tokens", shapes as in bench_moe')
+    parser.add_argument("--tiles", nargs="+", default=[], help="BMxBNxBKxWARPSxSTAGES (and the heuristic's)")
+    parser.add_argument("--max-experts", type=int, default=32)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tiles = [None, *(tuple(int(v) for v in t.split("x")) for t in args.tiles)]
+    rows = []
+    for case in args.cases:
+        name, tokens = case.rsplit(":", 1)
+        call = case_call(name, int(tokens), args.format, args.max_experts)
+        for tile in tiles:
+            row = dict(case=case, tile="heuristic" if tile is None else "x".join(map(str, tile)))
+            try:
+                for kernel, grid, kernel_args, options in captured_launches(call, tile):
+                    if "WAIT_MMA" not in kernel.arg_names:
+                        continue  # the scatter's reduce kernel: no wgmma
+                    compiled = compile_for_sm90(kernel, kernel_args, options)
+                    hazards = wgmma_hazards.find_hazards(wgmma_hazards.sass_of(compiled.asm["cubin"]))
+                    shared = compiled.metadata.shared
+                    row.update(kernel=kernel.__name__, launch_tile="x".join(str(kernel_args[p]) for p in (
+                        "BLOCK_M", "BLOCK_N", "BLOCK_K")) + f"x{options['num_warps']}x{options['num_stages']}",
+                        even_k=kernel_args["EVEN_K"], hazards=len(hazards), shared=shared,
+                        fits=shared <= H200_SHARED_LIMIT)
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+            rows.append(row)
+            print(row, flush=True)
+            with open(args.out / "offline_sm90_check.csv", "w", newline="") as f:  # kept if cut short
+                writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+                writer.writeheader()
+                writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
