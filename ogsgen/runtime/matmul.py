@@ -357,9 +357,11 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
     are checked for ptxas's wgmma register hazard before their first launch; one that has it is replaced for
     good (per variant and flags) by :func:`_launch_hazard_free`.
     """
-    flags = _REPLACED.get((variant, flags), flags)
+    checked = variant.w.scaling == "block_e8m0" and _has_wgmma(call.x)
+    if checked:
+        flags = _REPLACED.get((variant, flags), flags)
     kernel, grid, args, options = _matmul_launch(variant, call, flags, out, **operands)
-    if variant.w.scaling != "block_e8m0" or not _has_wgmma(call.x):
+    if not checked:
         launcher.launch(kernel, grid, args, **options)
         return
     try:
