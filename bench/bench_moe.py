@@ -39,6 +39,7 @@ from triton.testing import do_bench, do_bench_cudagraph
 
 import ogsgen
 from ogsgen.numerics import dequantize_mx_torch, quantize_mx, swizzle_mx_values
+from ogsgen.runtime import matmul as ogsgen_matmul  # its _REPLACED: what the wgmma hazard check replaced
 
 MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
     "gpt-oss w1": (128, 4, 2880, 5760, "gather"),
@@ -177,10 +178,9 @@ ERROR_LIMIT = 1e-2  # relative rms error; bf16 rounding gives ~4e-3, a corrupted
 def hazard_replacements() -> str:
     """What matmul_ogs ran instead of MX binaries with the wgmma register hazard since ``_REPLACED`` was last
     cleared (ogsgen.runtime.wgmma_hazards): "" (none), "wait", or fallback tiles such as "16x128x128x8x3"."""
-    from ogsgen.runtime.matmul import _REPLACED
     return " ".join(sorted({"wait" if f.wait_mma else
                             "x".join(map(str, (f.block_m, f.block_n, f.block_k, f.num_warps, f.num_stages)))
-                            for f in _REPLACED.values()}))
+                            for f in ogsgen_matmul._REPLACED.values()}))
 
 
 def relative_errors(output, reference) -> tuple[float, float] | None:
@@ -217,6 +217,10 @@ def markdown_table(rows) -> str:
            if r.get("rms_err") not in (None, "", "n/a") and float(r["rms_err"]) > ERROR_LIMIT]
     if off:
         lines.append(f"- outputs off the float32 reference (relative rms error > {ERROR_LIMIT:g}): {'; '.join(off)}")
+    replaced = [f"{r['case']} ({r['replaced_by']})" for r in rows if r.get("replaced_by")]
+    if replaced:
+        lines.append(f"- ogsgen MX binaries with the wgmma register hazard, run instead as (fallback tile, or wait): "
+                     f"{'; '.join(replaced)}")
     for weight_format, values in ratios.items():
         geomean = math.exp(sum(math.log(v) for v in values) / len(values))
         lines.append(f"- {weight_format} MoE, {len(values)} cases: triton_kernels / ogsgen geometric mean "
@@ -267,15 +271,17 @@ def main():
                 outputs.clear()
             return
         try:
+            ogsgen_matmul._REPLACED.clear()  # the row then says what replaced its MX binaries, if anything
             output = fn()
             eager, graph = median_times(fn)
             row = dict(case=case, impl=impl, eager_us=eager * 1e3, graph_us=graph * 1e3,
                        tflops=flops / (graph * 1e-3) / 1e12, tbps=bytes_moved / (graph * 1e-3) / 1e12, error="",
-                       rms_err="", max_err="")
+                       rms_err="", max_err="", replaced_by=hazard_replacements() if impl == "ogsgen" else "")
             outputs.append((row, output))
         except Exception as exc:
             row = dict(case=case, impl=impl, eager_us="", graph_us="", tflops="", tbps="",
-                       error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}", rms_err="", max_err="")
+                       error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}", rms_err="", max_err="",
+                       replaced_by="")
         rows.append(row)
         print(f"{case:42s} {impl:18s} " + (f"graph {row['graph_us']:9.1f} us  eager {row['eager_us']:9.1f} us  "
                                            f"{row['tflops']:6.1f} TF/s {row['tbps']:5.2f} TB/s"

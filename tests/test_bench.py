@@ -41,6 +41,10 @@ def test_outputs_off_the_reference_are_listed_under_the_table():
     assert ("- outputs off the float32 reference (relative rms error > 0.01): gpt-oss w1 mxfp4 T=8192 "
             "triton_kernels (9.4e-02)") in table
     assert "ogsgen (" not in table.split("outputs off")[1]
+    assert "wgmma register hazard" not in table
+    rows[0]["replaced_by"] = "16x128x128x8x3"
+    assert ("- ogsgen MX binaries with the wgmma register hazard, run instead as (fallback tile, or wait): "
+            "gpt-oss w1 mxfp4 T=8192 (16x128x128x8x3)") in markdown_table(rows)
     # Results written before the check have no error columns: no such line.
     assert "outputs off" not in markdown_table([{k: v for k, v in r.items() if k != "rms_err"} for r in rows])
 
