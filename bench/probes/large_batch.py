@@ -14,7 +14,6 @@ the heuristic's output relative to the output's largest magnitude (the candidate
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -50,12 +49,6 @@ def measure(row: dict, run, reference, flops, rows: list):
     print(row, flush=True)
 
 
-def write(rows, path):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        writer.writeheader()
-        writer.writerows(rows)
-
 
 def gather_ahead(out: Path, tk):
     rows = []
@@ -82,7 +75,7 @@ def gather_ahead(out: Path, tk):
         rows.append(dict(case=f"{name} bf16 T={tokens}", kernel="gather copy alone", us=round(ms * 1e3, 1),
                          gbps=round(tokens * top_k * k * 2 * 2 / ms / 1e6)))
         print(rows[-1], flush=True)
-        write(rows, out / "gather_ahead.csv")
+        bench_moe.write_csv(rows, out / "gather_ahead.csv")
         torch.cuda.empty_cache()
 
 
@@ -105,7 +98,7 @@ def topk_reduce(out: Path):
             rows.append(dict(case=f"{name} bf16 T={tokens}", reduce_tile="torch sum alone", us=round(ms * 1e3, 1),
                              gbps=round(tokens * (top_k + 1) * n * 2 / ms / 1e6)))
             print(rows[-1], flush=True)
-            write(rows, out / "topk_reduce.csv")
+            bench_moe.write_csv(rows, out / "topk_reduce.csv")
             torch.cuda.empty_cache()
     finally:
         matmul_module.reduce_tile = original

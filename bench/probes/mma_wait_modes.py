@@ -17,7 +17,6 @@ The variants other than ``k64-select`` and ``async`` are rewritten from the gene
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
 import inspect
 import sys
@@ -156,10 +155,7 @@ def main():
                 print(row, flush=True)
         loader.kernel_for, wgmma_hazards.check_compiled = generated_kernel_for, generated_check
         torch.cuda.empty_cache()
-        with open(args.out / "mma_wait_modes.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-            writer.writeheader()
-            writer.writerows(rows)
+        bench_moe.write_csv(rows, args.out / "mma_wait_modes.csv")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ a race rather than at the arithmetic.
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 import sys
 from pathlib import Path
@@ -18,6 +17,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_moe import write_csv  # noqa: E402
 from cases import run_moe_case  # noqa: E402
 
 import ogsgen  # noqa: E402
@@ -57,10 +58,7 @@ def main():
                 rows.append(row)
                 print(row, flush=True)
             torch.cuda.empty_cache()
-            with open(args.out / "mx_tile_check.csv", "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-                writer.writeheader()
-                writer.writerows(rows)
+            write_csv(rows, args.out / "mx_tile_check.csv")
 
 
 if __name__ == "__main__":

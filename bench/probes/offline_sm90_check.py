@@ -15,7 +15,6 @@ how fast they are.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ from triton.compiler import ASTSource, compile as triton_compile, make_backend  
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_moe import MOE_SHAPES  # noqa: E402
+from bench_moe import MOE_SHAPES, write_csv  # noqa: E402
 
 import ogsgen  # noqa: E402
 from ogsgen.moe.reference import routing_torch  # noqa: E402
@@ -118,10 +117,7 @@ def main():
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
             rows.append(row)
             print(row, flush=True)
-            with open(args.out / "offline_sm90_check.csv", "w", newline="") as f:  # kept if cut short
-                writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-                writer.writeheader()
-                writer.writerows(rows)
+            write_csv(rows, args.out / "offline_sm90_check.csv")  # kept if cut short
 
 
 if __name__ == "__main__":

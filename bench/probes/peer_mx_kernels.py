@@ -12,7 +12,6 @@ DIR/peer_mx_kernels.csv and DIR/peer_mx_binaries.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import os
@@ -34,12 +33,6 @@ from ogsgen.runtime import matmul, wgmma_hazards  # noqa: E402
 
 CASES = [("gpt-oss w1", 256), ("gpt-oss w1", 8192), ("gpt-oss w2", 8192)]
 
-
-def write(rows, path):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def timed(fn, reference, flops):
@@ -97,7 +90,7 @@ def main():
             rows.append(row)
             print(row, flush=True)
         wgmma_hazards.check_compiled = checked
-        write(rows, args.out / "peer_mx_kernels.csv")
+        bench_moe.write_csv(rows, args.out / "peer_mx_kernels.csv")
         torch.cuda.empty_cache()
     binaries = []
     for meta_path in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.json"):
@@ -113,7 +106,7 @@ def main():
                              register_sourced_hgmma=len(re.findall(r"HGMMA\.\S+\s+R\d+,\s*R\d+,", sass)),
                              hazards=len(wgmma_hazards.find_hazards(sass))))
         print(binaries[-1], flush=True)
-    write(binaries, args.out / "peer_mx_binaries.csv")
+    bench_moe.write_csv(binaries, args.out / "peer_mx_binaries.csv")
 
 
 if __name__ == "__main__":

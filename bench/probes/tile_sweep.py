@@ -13,7 +13,6 @@ waiting kernel; a tile: the heuristic's fallback tile; see ogsgen.runtime.wgmma_
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -99,10 +98,7 @@ def main():
             rows.append(row)
             print(row, flush=True)
             torch.cuda.empty_cache()
-            with open(args.out / f"tile_sweep_{args.format}.csv", "w", newline="") as f:  # kept if cut short
-                writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-                writer.writeheader()
-                writer.writerows(rows)
+            bench_moe.write_csv(rows, args.out / f"tile_sweep_{args.format}.csv")  # kept if cut short
 
 
 if __name__ == "__main__":
