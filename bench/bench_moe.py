@@ -31,6 +31,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -177,10 +178,14 @@ ERROR_LIMIT = 1e-2  # relative rms error; bf16 rounding gives ~4e-3, a corrupted
 
 def hazard_replacements() -> str:
     """What matmul_ogs ran instead of MX binaries with the wgmma register hazard since ``_REPLACED`` was last
-    cleared (ogsgen.runtime.wgmma_hazards): "" (none), "wait", or fallback tiles such as "16x128x128x8x3"."""
-    return " ".join(sorted({"wait" if f.wait_mma else
-                            "x".join(map(str, (f.block_m, f.block_n, f.block_k, f.num_warps, f.num_stages)))
-                            for f in ogsgen_matmul._REPLACED.values()}))
+    cleared (ogsgen.runtime.wgmma_hazards): "" (none), "wait" (the tile's waiting kernel), or fallback tiles
+    such as "16x128x128x8x3" ("-wait" appended where the fallback tile waits for each wgmma)."""
+    def name(original, ran):
+        if ran.wait_mma and replace(ran, wait_mma=False) == replace(original, wait_mma=False, fallback_tiles=()):
+            return "wait"
+        tile = "x".join(map(str, (ran.block_m, ran.block_n, ran.block_k, ran.num_warps, ran.num_stages)))
+        return tile + "-wait" if ran.wait_mma else tile
+    return " ".join(sorted({name(original, ran) for (_, original), ran in ogsgen_matmul._REPLACED.items()}))
 
 
 def relative_errors(output, reference) -> tuple[float, float] | None:

@@ -128,8 +128,13 @@ def test_reduction_n_power_of_two():
                                                  ({"block_k": 8}, "at least 16"),
                                                  ({"num_warps": 0}, "positive int"),
                                                  ({"persistent": 2}, "persistent must be True or False"),
-                                                 ({"fallback_tile": (128, 128, 8)}, "fallback_tile must be None or"),
-                                                 ({"fallback_tile": [128, 128, 8, 3]}, "positive ints, got")])
+                                                 ({"fallback_tiles": ((128, 128, 8, 3),)}, "must be a tuple of"),
+                                                 ({"fallback_tiles": [(128, 128, 8, 3, False)]}, "must be a tuple of"),
+                                                 ({"fallback_tiles": ((128, 96, 8, 3, False),)},
+                                                  r"fallback_tiles \(128, 96, 8, 3, False\): block_k must be a power"),
+                                                 ({"fallback_tiles": ((128, 128, 8, 3, 1),)},
+                                                  r"\(128, 128, 8, 3, 1\): wait_mma must be True or False"),
+                                                 ({"num_stages": True}, "num_stages must be a positive int")])
 def test_bad_constraints(constraints, message):
     with pytest.raises(ogsgen.InapplicableConstraint, match=message):
         with ogsgen.opt_flags_constraints(**constraints):

@@ -121,13 +121,15 @@ def test_wait_mma_is_refused_without_mx_weights(device):
             pass
 
 
-def _simulate_hopper(monkeypatch, hazardous):
-    """matmul_ogs as on Hopper, with launches recorded (WAIT_MMA, BLOCK_N, num_warps, checked) and none run; a
-    checked launch raises what ``hazardous(args, options)`` returns (an exception, or None for a clean binary)."""
+def _simulate_hopper(monkeypatch, hazardous, record_stages=False):
+    """matmul_ogs as on Hopper, with launches recorded (WAIT_MMA, BLOCK_N, num_warps[, num_stages], checked) and
+    none run; a checked launch raises what ``hazardous(args, options)`` returns (an exception, or None for a
+    clean binary)."""
     launches = []
 
     def fake_launch(kernel, grid, args, verify=None, **options):
-        launches.append((args["WAIT_MMA"], args["BLOCK_N"], options["num_warps"], verify is not None))
+        stages = (options["num_stages"],) if record_stages else ()
+        launches.append((args["WAIT_MMA"], args["BLOCK_N"], options["num_warps"], *stages, verify is not None))
         problem = hazardous(args, options) if verify is not None else None
         if problem is not None:
             raise problem
@@ -177,8 +179,26 @@ def test_a_hazardous_hopper_tile_runs_its_clean_fallback_tile(monkeypatch, devic
     call()
     assert launches == [(False, 128, 4, True), (False, 128, 8, True), (False, 128, 8, True)]
     (original, replacement), = matmul._REPLACED.items()
-    assert (replacement.num_warps, replacement.wait_mma, replacement.fallback_tile) == (8, False, None)
-    assert original[1].fallback_tile == (128, 128, 8, 3)
+    assert (replacement.num_warps, replacement.wait_mma, replacement.fallback_tiles) == (8, False, ())
+    assert original[1].fallback_tiles == ((128, 128, 8, 3, False),)
+
+
+@pytest.mark.parametrize("clean_stages,runs", [(4, (False, 128, 4, 4)), (2, (True, 128, 8, 2))])
+def test_fallback_tiles_are_tried_in_order_until_one_is_clean(monkeypatch, device, clean_stages, runs):
+    # Fallbacks: 8 warps (hazardous here), then 4 stages, then 8 warps and 2 stages waiting for each wgmma; the
+    # first clean one runs, not the tile's own waiting kernel, and later calls go straight to it.
+    def hazardous(args, options):
+        return None if options["num_stages"] == clean_stages else _hazard()
+    launches = _simulate_hopper(monkeypatch, hazardous, record_stages=True)
+    call = _mx_call(device, hopper=True)
+    fallbacks = ((128, 128, 8, 3, False), (128, 128, 4, 4, False), (128, 128, 8, 2, True))
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=128, block_k=128, num_warps=4, num_stages=3,
+                                      fallback_tiles=fallbacks):
+        with pytest.warns(RuntimeWarning):
+            call()
+        call()
+    tried = [(False, 128, 4, 3, True), (False, 128, 8, 3, True), (False, 128, 4, 4, True), (True, 128, 8, 2, True)]
+    assert launches == tried[:tried.index((*runs, True)) + 1] + [(*runs, True)]
 
 
 @pytest.mark.parametrize("problem", ["hazard", "too much shared memory"])
@@ -203,21 +223,27 @@ def test_a_waiting_kernel_with_the_hazard_is_an_error(monkeypatch, device):
         _mx_call(device, hopper=False)()
 
 
-def test_hopper_mx_flags_carry_a_fallback_tile_unless_the_tile_is_asked_for():
+def test_hopper_mx_flags_carry_fallback_tiles_unless_the_tile_is_asked_for():
     from dataclasses import asdict
     from ogsgen.runtime.opt_flags import make_opt_flags
 
-    def flags(rows, constraints=()):  # gpt-oss w1 shape, hopper-layout mxfp4, 128 experts, H200
-        return make_opt_flags(2, 1, rows * 128, 5760, 2880, 1, 128, rows, True, 132, "hopper",
-                              constraints=constraints)
-    assert [flags(rows).fallback_tile for rows in (8, 64, 128)] == [(128, 128, 8, 3), None, (256, 128, 8, 4)]
-    assert make_opt_flags(2, 1, 8 * 128, 5760, 2880, 1, 128, 8, True, 132, "strided").fallback_tile is None
-    assert flags(8, (("num_stages", 4),)).fallback_tile is None
-    # Warm-up reproduces a call's flags as constraints: all of them, so the fallback tile stays.
+    def flags(rows, constraints=(), scatter=False):  # gpt-oss w1 shape, hopper-layout mxfp4, 128 experts, H200
+        return make_opt_flags(2, 1, rows * 128, 5760, 2880, 1, 128, rows, not scatter, 132, "hopper",
+                              constraints=constraints, scatter=scatter)
+    assert flags(8).fallback_tiles == ((128, 128, 8, 3, False),)
+    assert flags(64).fallback_tiles == ((128, 128, 8, 4, False),)
+    assert flags(64, scatter=True).fallback_tiles == ()  # measured slower than waiting (gpt-oss w2)
+    assert [tile[-1] for tile in flags(128).fallback_tiles] == [False, False, True]
+    assert make_opt_flags(2, 1, 8 * 128, 5760, 2880, 1, 128, 8, True, 132, "strided").fallback_tiles == ()
+    assert flags(8, (("num_stages", 4),)).fallback_tiles == ()
+    with pytest.raises(ogsgen.InapplicableConstraint, match=r"fallback tile \(128, 32, 8, 3, False\): block_k=32: "
+                                                            r"hopper-layout mxfp4 weights come in groups of 64"):
+        flags(8, (("fallback_tiles", ((128, 32, 8, 3, False),)),))
+    # Warm-up reproduces a call's flags as constraints: all of them, so the fallback tiles stay.
     assert flags(8, tuple(sorted(asdict(flags(8)).items()))) == flags(8)
 
 
-def test_a_tile_asked_for_has_no_fallback_tile(monkeypatch, device):
+def test_a_tile_asked_for_has_no_fallback_tiles(monkeypatch, device):
     # Constraints on the tile drop the heuristic's fallback: the tile asked for runs, or its waiting kernel.
     launches = _simulate_hopper(monkeypatch, lambda args, options: None if args["WAIT_MMA"] else _hazard())
     with ogsgen.opt_flags_constraints(num_warps=4), pytest.warns(RuntimeWarning):

@@ -8,7 +8,8 @@ tile and writes OUT/tile_sweep_FORMAT.csv (CUDA-graph medians, and each tile's l
 heuristic's output relative to its largest magnitude, a check that the tile computes the same result). The
 heuristic in ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTES.md records them.
 ``replaced_by``: the MX binary had ptxas's wgmma register hazard, and the call ran this instead ("wait": the
-waiting kernel; a tile: the heuristic's fallback tile; see ogsgen.runtime.wgmma_hazards).
+tile's waiting kernel; a tile: a fallback tile of the heuristic's, "-wait" if it waits; see
+ogsgen.runtime.wgmma_hazards). A tile asked for here has no fallback tiles: its own binary or waiting kernel.
 """
 from __future__ import annotations
 

@@ -375,22 +375,21 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
 
 
 def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, hazard, **operands):
-    """Run a call whose MX binary has the wgmma register hazard on the flags' fallback tile if that binary is
-    clean and fits, else on the same tile waiting for each wgmma (checked as well). The choice is remembered
-    for (variant, flags), logged, and warned about once per process."""
+    """Run a call whose MX binary has the wgmma register hazard on the first of the flags' fallback tiles whose
+    binary is clean and fits, else on the same tile waiting for each wgmma (checked as well). The choice is
+    remembered for (variant, flags), logged, and warned about once per process."""
     replacement = None
-    if flags.fallback_tile is not None:
-        block_n, block_k, num_warps, num_stages = flags.fallback_tile
-        candidate = replace(flags, block_n=block_n, block_k=block_k, num_warps=num_warps, num_stages=num_stages,
-                            fallback_tile=None)
+    for tile in flags.fallback_tiles:
+        candidate = flags.fallback(tile)
         kernel, grid, args, options = _matmul_launch(variant, call, candidate, out, **operands)
         try:
             launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, **options)
             replacement = candidate
+            break
         except (wgmma_hazards.RegisterOperandHazard, OutOfResources) as exc:
-            loader.log.info("fallback tile of %s not used: %s", flags, exc)
+            loader.log.info("fallback tile %s of %s not used: %s", tile, flags, exc)
     if replacement is None:
-        replacement = replace(flags, wait_mma=True, fallback_tile=None)
+        replacement = replace(flags, wait_mma=True, fallback_tiles=())
         _launch_matmul(variant, call, replacement, out, **operands)
     _REPLACED[(variant, flags)] = replacement
     loader.log.info("%s; launch parameters %s now run as %s", hazard, flags, replacement)
@@ -690,9 +689,10 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
                  scatter_indx is None and y_acc_in is None, n_sms,
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
-    flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x))
+    scatter = scatter_indx is not None
+    flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x), scatter=scatter)
     if flags.persistent and (tma_blocker := _tma_blocker(x, w, gather_indx is not None)) is not None:
-        flags = make_opt_flags(*flag_args, tma_blocker)  # the tiled kernel, or the error if persistent was forced
+        flags = make_opt_flags(*flag_args, tma_blocker, scatter=scatter)  # the tiled kernel, or the error if persistent was forced
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     with torch.cuda.device(x.device) if other_device else contextlib.nullcontext():

@@ -27,15 +27,23 @@ class OptFlags:
     split_k: int = 1
     persistent: bool = False  # the variant's persistent TMA kernel (one program per SM) instead of one per tile
     wait_mma: bool = False    # MX weights: each K step's wgmma completes before the next (see wgmma_hazards)
-    # MX weights: (block_n, block_k, num_warps, num_stages) to try, same block_m, when this tile's binary has the
-    # wgmma register hazard, before the waiting kernel (matmul_ogs checks that one too).
-    fallback_tile: tuple | None = None
+    # MX weights: tiles (block_n, block_k, num_warps, num_stages, wait_mma), same block_m, tried in this order
+    # when this tile's binary has the wgmma register hazard; the first whose binary is clean and fits runs, else
+    # this tile's waiting kernel.
+    fallback_tiles: tuple = ()
+
+    def fallback(self, tile: tuple) -> "OptFlags":
+        """These flags with one of their fallback tiles."""
+        block_n, block_k, num_warps, num_stages, wait_mma = tile
+        return replace(self, block_n=block_n, block_k=block_k, num_warps=num_warps, num_stages=num_stages,
+                       wait_mma=wait_mma, fallback_tiles=())
 
 
 CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
 _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
 _BOOLEAN_KEYS = ("persistent", "wait_mma")
-# Constraints that choose the tile: the heuristic's fallback tile is dropped unless it is constrained too.
+_FALLBACK_TILE_KEYS = ("block_n", "block_k", "num_warps", "num_stages", "wait_mma")
+# Constraints that choose the tile: the heuristic's fallback tiles are dropped unless they are constrained too.
 _TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "persistent", "wait_mma")
 _constraints: contextvars.ContextVar[tuple] = contextvars.ContextVar("ogsgen_opt_flags_constraints", default=())
 
@@ -50,27 +58,33 @@ def opt_flags_constraints(**constraints):
     for key, value in constraints.items():
         if key not in CONSTRAINT_KEYS:
             raise InapplicableConstraint(f"opt_flags_constraints: unknown key {key!r}; known keys: {CONSTRAINT_KEYS}")
-        if key in _BOOLEAN_KEYS:
-            if not isinstance(value, bool):
-                raise InapplicableConstraint(f"opt_flags_constraints: {key} must be True or False, got {value!r}")
-            continue
-        if key == "fallback_tile":
-            if value is not None and not (isinstance(value, tuple) and len(value) == 4 and all(
-                    isinstance(v, int) and v >= 1 for v in value)):
-                raise InapplicableConstraint(f"opt_flags_constraints: fallback_tile must be None or (block_n, "
-                                             f"block_k, num_warps, num_stages), positive ints, got {value!r}")
-            continue
-        if not isinstance(value, int) or value < 1:
-            raise InapplicableConstraint(f"opt_flags_constraints: {key} must be a positive int, got {value!r}")
-        if key in _POWER_OF_TWO_KEYS and value & (value - 1):
-            raise InapplicableConstraint(f"opt_flags_constraints: {key} must be a power of two, got {value}")
-        if key.startswith("block_") and value < 16:
-            raise InapplicableConstraint(f"opt_flags_constraints: {key} must be at least 16 (tl.dot), got {value}")
+        if key == "fallback_tiles":
+            if not (isinstance(value, tuple) and all(isinstance(t, tuple) and len(t) == 5 for t in value)):
+                raise InapplicableConstraint(f"opt_flags_constraints: fallback_tiles must be a tuple of (block_n, "
+                                             f"block_k, num_warps, num_stages, wait_mma) tuples, got {value!r}")
+            for tile in value:
+                for tile_key, tile_value in zip(_FALLBACK_TILE_KEYS, tile):
+                    _check_constraint(f"fallback_tiles {tile}: {tile_key}", tile_key, tile_value)
+        else:
+            _check_constraint(key, key, value)
     token = _constraints.set(tuple(sorted({**dict(_constraints.get()), **constraints}.items())))
     try:
         yield
     finally:
         _constraints.reset(token)
+
+
+def _check_constraint(name: str, key: str, value) -> None:
+    if key in _BOOLEAN_KEYS:
+        if not isinstance(value, bool):
+            raise InapplicableConstraint(f"opt_flags_constraints: {name} must be True or False, got {value!r}")
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InapplicableConstraint(f"opt_flags_constraints: {name} must be a positive int, got {value!r}")
+    if key in _POWER_OF_TWO_KEYS and value & (value - 1):
+        raise InapplicableConstraint(f"opt_flags_constraints: {name} must be a power of two, got {value}")
+    if key.startswith("block_") and value < 16:
+        raise InapplicableConstraint(f"opt_flags_constraints: {name} must be at least 16 (tl.dot), got {value}")
 
 
 def current_constraints() -> tuple:
@@ -88,10 +102,10 @@ def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
 
 
 def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout,
-               can_persist) -> OptFlags:
+               can_persist, scatter) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
-    fallback_tile = None
+    fallback_tiles = ()
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32.
     block_k = max(16, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
@@ -120,19 +134,23 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # Measured on the H200 (bench/probes/tile_sweep.py --format mxfp4, bench/NOTES.md): 16-row tiles
         # want K tiles of 128 with one warpgroup; 128-row tiles 256-wide W tiles over four warpgroups.
         # Where Triton 3.6's binaries of these tiles have ptxas's wgmma register hazard, the fallback tiles below
-        # are tried before the waiting kernel: hazard-free in those builds for the gpt-oss and DeepSeek-V3 shapes
-        # they were checked on (bench/probes/offline_sm90_check.py), and measured on the H200 faster than the
-        # waiting kernel (bench/results/2026-11-30f-probes): 16 rows 2-3% slower than the hazardous tile where
-        # waiting costs 28-42%; 128 rows gpt-oss w1 T=8192 3493 us against 4266 waiting. 64 rows: none (the
-        # clean candidates lose to waiting on gpt-oss w2).
+        # are tried, in order, before the tile's own waiting kernel (bench/probes/offline_sm90_check.py says which
+        # binaries are clean; H200 times, bench/results/2026-11-30f-probes and 2026-12-01-probes, against the
+        # waiting kernel): 16 rows 2-3% slower than the hazardous tile where waiting costs 28-42%; 64 rows
+        # (T=2048) gpt-oss w1 1431 us against 1772, DeepSeek-V3 w1 4772 against 6284, but gpt-oss w2 (scatter)
+        # 1186 against 996; 128 rows (T=8192): gpt-oss w1 clean at 256x128/8 warps/4 stages (3420 us against
+        # 4267), gpt-oss w2 too big for that in shared memory and clean at 16 warps/2 stages (2317 against 2438),
+        # DeepSeek-V3 w1 hazardous at both but fastest waiting at 256x128/8 warps (10681 against 14695, and
+        # 12695 for its clean 128x128x128).
         if block_m <= 32:
             block_n, block_k, num_warps, num_stages = 128, 128, 4, 3
-            fallback_tile = (128, 128, 8, 3) if block_m == 16 else None
+            fallback_tiles = ((128, 128, 8, 3, False),) if block_m == 16 else ()
         elif block_m == 64:
             block_n, block_k, num_warps, num_stages = 128, 64, 8, 4
+            fallback_tiles = () if scatter else ((128, 128, 8, 4, False),)
         else:
             block_n, block_k, num_warps, num_stages = 256, 64, 16, 3
-            fallback_tile = (256, 128, 8, 4)
+            fallback_tiles = ((256, 128, 8, 4, False), (256, 128, 16, 2, False), (256, 128, 8, 4, True))
     split_k = 1
     tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n)
     k_tiles = triton.cdiv(k, block_k)
@@ -140,7 +158,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     if can_split and n_sms and 2 * tiles <= n_sms and k_tiles >= 16:
         split_k = max(1, min(n_sms // tiles, k_tiles // 8, 8))
     return OptFlags(block_m, block_n, block_k, group_m=8, num_warps=num_warps, num_stages=num_stages,
-                    split_k=split_k, fallback_tile=fallback_tile)
+                    split_k=split_k, fallback_tiles=fallback_tiles)
 
 
 @lru_cache(maxsize=1024)
@@ -154,39 +172,33 @@ def reduce_tile(n: int, reduction_n: int) -> tuple[int, int, int]:
 def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_n: int, n_expts: int | None,
                    tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx_layout: str | None = None,
                    bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = (),
-                   persistent_blocker: str | None = "no persistent kernel was asked for") -> OptFlags:
+                   persistent_blocker: str | None = "no persistent kernel was asked for", scatter: bool = False
+                   ) -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
     ``w_mx_layout``: None for unscaled or flexpoint w, else the MX values' layout ("strided", "hopper").
     ``bitwise_invariant``: fixed row blocks and no split K, so that a row's result does not depend
     on the rows around it. ``persistent_blocker``: None when the call may use the variant's persistent
-    TMA kernel, else why not (the error message for a ``persistent=True`` constraint).
+    TMA kernel, else why not (the error message for a ``persistent=True`` constraint). ``scatter``: the
+    output rows are scattered (MX fallback tiles are measured per kind of call).
     """
     flags = _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
-                       n_sms, w_mx_layout, persistent_blocker is None and not bitwise_invariant)
+                       n_sms, w_mx_layout, persistent_blocker is None and not bitwise_invariant, scatter)
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4)
     if y_mx:  # each output tile holds whole 32-column scale blocks
         flags = replace(flags, block_n=max(flags.block_n, 32 * reduction_n))
     constrained = dict(constraints)
-    if "fallback_tile" not in constrained and any(key in constrained for key in _TILE_KEYS):
-        flags = replace(flags, fallback_tile=None)  # a tile asked for is the tile run (or its waiting kernel)
+    if "fallback_tiles" not in constrained and any(key in constrained for key in _TILE_KEYS):
+        flags = replace(flags, fallback_tiles=())  # a tile asked for is the tile run (or its waiting kernel)
     flags = replace(flags, **constrained)
-    if y_mx and (flags.block_n // reduction_n) % 32:
-        raise InapplicableConstraint(f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a "
-                                     f"multiple of 32")
+    _check_tile(flags, "", itemsize, reduction_n, w_mx_layout, y_mx)
+    for tile in flags.fallback_tiles:
+        _check_tile(flags.fallback(tile), f"fallback tile {tile}: ", itemsize, reduction_n, w_mx_layout, y_mx)
     if bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1):
         raise InapplicableConstraint("precision_config.enforce_bitwise_invariance fixes block_m=128 and split_k=1; "
                                      "drop the conflicting opt_flags_constraints")
-    if itemsize == 1 and flags.block_k < 32:
-        raise InapplicableConstraint(f"block_k={flags.block_k}: an fp8 dot needs block_k >= 32")
-    if w_mx_layout == "hopper" and flags.block_k % 64:
-        raise InapplicableConstraint(f"block_k={flags.block_k}: hopper-layout mxfp4 weights come in groups of 64 "
-                                     f"rows of K, so block_k must be a multiple of 64")
-    if w_mx_layout is not None and flags.block_k % 32:
-        raise InapplicableConstraint(f"block_k={flags.block_k}: mx weights carry one scale per 32 rows of K, so "
-                                     f"block_k must be a multiple of 32")
     if flags.persistent and persistent_blocker is not None:
         raise InapplicableConstraint(f"persistent=True: {persistent_blocker}")
     if flags.wait_mma and w_mx_layout is None:
@@ -199,7 +211,23 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if n_expts is not None and flags.block_m not in BLOCK_SIZES:
         raise InapplicableConstraint(f"block_m={flags.block_m}: ragged rows need block_m in {BLOCK_SIZES} "
                                      f"(the sizes the routing metadata is computed for)")
-    if flags.block_n % reduction_n:
-        raise InapplicableConstraint(f"block_n={flags.block_n} must be a multiple of the activation's "
-                                     f"reduction_n ({reduction_n})")
     return flags
+
+
+def _check_tile(flags: OptFlags, where: str, itemsize: int, reduction_n: int, w_mx_layout: str | None,
+                y_mx: bool) -> None:
+    """What the operands ask of a tile's block sizes; ``where`` prefixes the message (a fallback tile)."""
+    if y_mx and (flags.block_n // reduction_n) % 32:
+        raise InapplicableConstraint(f"{where}block_n={flags.block_n}: an mx output needs block_n // reduction_n "
+                                     f"to be a multiple of 32")
+    if itemsize == 1 and flags.block_k < 32:
+        raise InapplicableConstraint(f"{where}block_k={flags.block_k}: an fp8 dot needs block_k >= 32")
+    if w_mx_layout == "hopper" and flags.block_k % 64:
+        raise InapplicableConstraint(f"{where}block_k={flags.block_k}: hopper-layout mxfp4 weights come in groups "
+                                     f"of 64 rows of K, so block_k must be a multiple of 64")
+    if w_mx_layout is not None and flags.block_k % 32:
+        raise InapplicableConstraint(f"{where}block_k={flags.block_k}: mx weights carry one scale per 32 rows of "
+                                     f"K, so block_k must be a multiple of 32")
+    if flags.block_n % reduction_n:
+        raise InapplicableConstraint(f"{where}block_n={flags.block_n} must be a multiple of the activation's "
+                                     f"reduction_n ({reduction_n})")
