@@ -227,12 +227,11 @@ def test_hopper_mx_flags_carry_fallback_tiles_unless_the_tile_is_asked_for():
     from dataclasses import asdict
     from ogsgen.runtime.opt_flags import make_opt_flags
 
-    def flags(rows, constraints=(), scatter=False):  # gpt-oss w1 shape, hopper-layout mxfp4, 128 experts, H200
-        return make_opt_flags(2, 1, rows * 128, 5760, 2880, 1, 128, rows, not scatter, 132, "hopper",
-                              constraints=constraints, scatter=scatter)
+    def flags(rows, constraints=()):  # gpt-oss w1 shape, hopper-layout mxfp4, 128 experts, H200
+        return make_opt_flags(2, 1, rows * 128, 5760, 2880, 1, 128, rows, True, 132, "hopper",
+                              constraints=constraints)
     assert flags(8).fallback_tiles == ((128, 128, 8, 3, False),)
-    assert flags(64).fallback_tiles == ((128, 128, 8, 4, False),)
-    assert flags(64, scatter=True).fallback_tiles == ()  # measured slower than waiting (gpt-oss w2)
+    assert flags(64).fallback_tiles == ((128, 128, 4, 4, False), (128, 128, 8, 4, False))
     assert [tile[-1] for tile in flags(128).fallback_tiles] == [False, False, True]
     assert make_opt_flags(2, 1, 8 * 128, 5760, 2880, 1, 128, 8, True, 132, "strided").fallback_tiles == ()
     assert flags(8, (("num_stages", 4),)).fallback_tiles == ()

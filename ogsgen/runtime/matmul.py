@@ -689,10 +689,9 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
                  scatter_indx is None and y_acc_in is None, n_sms,
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
-    scatter = scatter_indx is not None
-    flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x), scatter=scatter)
+    flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x))
     if flags.persistent and (tma_blocker := _tma_blocker(x, w, gather_indx is not None)) is not None:
-        flags = make_opt_flags(*flag_args, tma_blocker, scatter=scatter)  # the tiled kernel, or the error if persistent was forced
+        flags = make_opt_flags(*flag_args, tma_blocker)  # the tiled kernel, or the error if persistent was forced
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     with torch.cuda.device(x.device) if other_device else contextlib.nullcontext():

@@ -102,7 +102,7 @@ def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
 
 
 def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout,
-               can_persist, scatter) -> OptFlags:
+               can_persist) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
     fallback_tiles = ()
@@ -135,19 +135,20 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # want K tiles of 128 with one warpgroup; 128-row tiles 256-wide W tiles over four warpgroups.
         # Where Triton 3.6's binaries of these tiles have ptxas's wgmma register hazard, the fallback tiles below
         # are tried, in order, before the tile's own waiting kernel (bench/probes/offline_sm90_check.py says which
-        # binaries are clean; H200 times, bench/results/2026-11-30f-probes and 2026-12-01-probes, against the
-        # waiting kernel): 16 rows 2-3% slower than the hazardous tile where waiting costs 28-42%; 64 rows
-        # (T=2048) gpt-oss w1 1431 us against 1772, DeepSeek-V3 w1 4772 against 6284, but gpt-oss w2 (scatter)
-        # 1186 against 996; 128 rows (T=8192): gpt-oss w1 clean at 256x128/8 warps/4 stages (3420 us against
-        # 4267), gpt-oss w2 too big for that in shared memory and clean at 16 warps/2 stages (2317 against 2438),
-        # DeepSeek-V3 w1 hazardous at both but fastest waiting at 256x128/8 warps (10681 against 14695, and
-        # 12695 for its clean 128x128x128).
+        # binaries are clean). H200 times against waiting (bench/results/2026-11-30f-probes, 2026-12-01-probes):
+        # - 16 rows: 2-3% slower than the hazardous tile, where waiting costs 28-42%;
+        # - 64 rows (T=2048): one warpgroup is clean for gpt-oss w2 (796 us against 998) and DeepSeek-V3 w1 (4460
+        #   against 6284) but not for gpt-oss w1, which is clean at 8 warps (1434 against 1772);
+        # - 128 rows (T=8192): gpt-oss w1 is clean at 256x128/8 warps/4 stages (3420 against 4267); gpt-oss w2
+        #   does not fit that in shared memory and is clean at 16 warps/2 stages (2317 against 2438); DeepSeek-V3
+        #   w1 has the hazard at both and is fastest waiting at 256x128/8 warps (10681 against 14695; 12695 for
+        #   its clean 128x128x128).
         if block_m <= 32:
             block_n, block_k, num_warps, num_stages = 128, 128, 4, 3
             fallback_tiles = ((128, 128, 8, 3, False),) if block_m == 16 else ()
         elif block_m == 64:
             block_n, block_k, num_warps, num_stages = 128, 64, 8, 4
-            fallback_tiles = () if scatter else ((128, 128, 8, 4, False),)
+            fallback_tiles = ((128, 128, 4, 4, False), (128, 128, 8, 4, False))
         else:
             block_n, block_k, num_warps, num_stages = 256, 64, 16, 3
             fallback_tiles = ((256, 128, 8, 4, False), (256, 128, 16, 2, False), (256, 128, 8, 4, True))
@@ -172,19 +173,17 @@ def reduce_tile(n: int, reduction_n: int) -> tuple[int, int, int]:
 def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_n: int, n_expts: int | None,
                    tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx_layout: str | None = None,
                    bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = (),
-                   persistent_blocker: str | None = "no persistent kernel was asked for", scatter: bool = False
-                   ) -> OptFlags:
+                   persistent_blocker: str | None = "no persistent kernel was asked for") -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
     ``w_mx_layout``: None for unscaled or flexpoint w, else the MX values' layout ("strided", "hopper").
     ``bitwise_invariant``: fixed row blocks and no split K, so that a row's result does not depend
     on the rows around it. ``persistent_blocker``: None when the call may use the variant's persistent
-    TMA kernel, else why not (the error message for a ``persistent=True`` constraint). ``scatter``: the
-    output rows are scattered (MX fallback tiles are measured per kind of call).
+    TMA kernel, else why not (the error message for a ``persistent=True`` constraint).
     """
     flags = _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
-                       n_sms, w_mx_layout, persistent_blocker is None and not bitwise_invariant, scatter)
+                       n_sms, w_mx_layout, persistent_blocker is None and not bitwise_invariant)
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4)
     if y_mx:  # each output tile holds whole 32-column scale blocks

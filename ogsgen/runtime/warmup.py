@@ -131,7 +131,7 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
         else:
             args = (rows, n, k, variant.reduction_n, None, 0)
         flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx,
-                               persistent_blocker=persistent_blocker, scatter=variant.scatter)
+                               persistent_blocker=persistent_blocker)
         # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
         seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
     return list(seen)
