@@ -140,9 +140,9 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # - 64 rows (T=2048): one warpgroup is clean for gpt-oss w2 (796 us against 998) and DeepSeek-V3 w1 (4460
         #   against 6284) but not for gpt-oss w1, which is clean at 8 warps (1434 against 1772);
         # - 128 rows (T=8192): gpt-oss w1 is clean at 256x128/8 warps/4 stages (3420 against 4267); gpt-oss w2
-        #   does not fit that in shared memory and is clean at 16 warps/2 stages (2317 against 2438); DeepSeek-V3
+        #   does not fit that in shared memory and is clean at 16 warps/3 stages (2106 against 2438); DeepSeek-V3
         #   w1 has the hazard at both and is fastest waiting at 256x128/8 warps (10681 against 14695; 12695 for
-        #   its clean 128x128x128).
+        #   its clean 128x128x128, 17049 for its clean 128x256x64/8 warps).
         if block_m <= 32:
             block_n, block_k, num_warps, num_stages = 128, 128, 4, 3
             fallback_tiles = ((128, 128, 8, 3, False),) if block_m == 16 else ()
@@ -151,7 +151,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
             fallback_tiles = ((128, 128, 4, 4, False), (128, 128, 8, 4, False))
         else:
             block_n, block_k, num_warps, num_stages = 256, 64, 16, 3
-            fallback_tiles = ((256, 128, 8, 4, False), (256, 128, 16, 2, False), (256, 128, 8, 4, True))
+            fallback_tiles = ((256, 128, 8, 4, False), (256, 128, 16, 3, False), (256, 128, 8, 4, True))
     split_k = 1
     tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n)
     k_tiles = triton.cdiv(k, block_k)
