@@ -238,6 +238,13 @@ def test_hopper_mx_flags_carry_fallback_tiles_unless_the_tile_is_asked_for():
     with pytest.raises(ogsgen.InapplicableConstraint, match=r"fallback tile \(128, 32, 8, 3, False\): block_k=32: "
                                                             r"hopper-layout mxfp4 weights come in groups of 64"):
         flags(8, (("fallback_tiles", ((128, 32, 8, 3, False),)),))
+    # Heuristic fallback tiles the operands cannot take are dropped, not an error: an mx output of an activation
+    # folding 8 columns needs 32 * 8 = 256-wide tiles, so the 16-row 128-wide fallback goes.
+    mx_out = make_opt_flags(2, 1, 8 * 128, 5760, 2880, 8, 128, 8, True, 132, "hopper", y_mx=True)
+    assert (mx_out.block_n, mx_out.fallback_tiles) == (256, ())
+    # A bitwise-invariant call keeps one tile's arithmetic for every shape: no fallback tiles (waiting only).
+    assert make_opt_flags(2, 1, 8 * 128, 5760, 2880, 1, 128, 8, True, 132, "hopper",
+                          bitwise_invariant=True).fallback_tiles == ()
     # Warm-up reproduces a call's flags as constraints: all of them, so the fallback tiles stay.
     assert flags(8, tuple(sorted(asdict(flags(8)).items()))) == flags(8)
 

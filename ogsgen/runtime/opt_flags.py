@@ -189,12 +189,21 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if y_mx:  # each output tile holds whole 32-column scale blocks
         flags = replace(flags, block_n=max(flags.block_n, 32 * reduction_n))
     constrained = dict(constraints)
-    if "fallback_tiles" not in constrained and any(key in constrained for key in _TILE_KEYS):
-        flags = replace(flags, fallback_tiles=())  # a tile asked for is the tile run (or its waiting kernel)
+    if "fallback_tiles" not in constrained and (bitwise_invariant or any(key in constrained for key in _TILE_KEYS)):
+        # A tile asked for is the tile run (or its waiting kernel, which computes the same); so is the tile of a
+        # bitwise-invariant call, whose arithmetic must not change with the shape.
+        flags = replace(flags, fallback_tiles=())
     flags = replace(flags, **constrained)
-    _check_tile(flags, "", itemsize, reduction_n, w_mx_layout, y_mx)
-    for tile in flags.fallback_tiles:
-        _check_tile(flags.fallback(tile), f"fallback tile {tile}: ", itemsize, reduction_n, w_mx_layout, y_mx)
+    operands = (itemsize, reduction_n, w_mx_layout, y_mx)
+    if (problem := _tile_problem(flags, *operands)) is not None:
+        raise InapplicableConstraint(problem)
+    if "fallback_tiles" in constrained:
+        for tile in flags.fallback_tiles:
+            if (problem := _tile_problem(flags.fallback(tile), *operands)) is not None:
+                raise InapplicableConstraint(f"fallback tile {tile}: {problem}")
+    else:  # the heuristic's fallback tiles are kept where these operands allow them
+        flags = replace(flags, fallback_tiles=tuple(
+            tile for tile in flags.fallback_tiles if _tile_problem(flags.fallback(tile), *operands) is None))
     if bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1):
         raise InapplicableConstraint("precision_config.enforce_bitwise_invariance fixes block_m=128 and split_k=1; "
                                      "drop the conflicting opt_flags_constraints")
@@ -213,20 +222,19 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     return flags
 
 
-def _check_tile(flags: OptFlags, where: str, itemsize: int, reduction_n: int, w_mx_layout: str | None,
-                y_mx: bool) -> None:
-    """What the operands ask of a tile's block sizes; ``where`` prefixes the message (a fallback tile)."""
+def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout: str | None,
+                  y_mx: bool) -> str | None:
+    """Why the operands cannot take this tile's block sizes, or None."""
     if y_mx and (flags.block_n // reduction_n) % 32:
-        raise InapplicableConstraint(f"{where}block_n={flags.block_n}: an mx output needs block_n // reduction_n "
-                                     f"to be a multiple of 32")
+        return f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a multiple of 32"
     if itemsize == 1 and flags.block_k < 32:
-        raise InapplicableConstraint(f"{where}block_k={flags.block_k}: an fp8 dot needs block_k >= 32")
+        return f"block_k={flags.block_k}: an fp8 dot needs block_k >= 32"
     if w_mx_layout == "hopper" and flags.block_k % 64:
-        raise InapplicableConstraint(f"{where}block_k={flags.block_k}: hopper-layout mxfp4 weights come in groups "
-                                     f"of 64 rows of K, so block_k must be a multiple of 64")
+        return (f"block_k={flags.block_k}: hopper-layout mxfp4 weights come in groups of 64 rows of K, so block_k "
+                f"must be a multiple of 64")
     if w_mx_layout is not None and flags.block_k % 32:
-        raise InapplicableConstraint(f"{where}block_k={flags.block_k}: mx weights carry one scale per 32 rows of "
-                                     f"K, so block_k must be a multiple of 32")
+        return (f"block_k={flags.block_k}: mx weights carry one scale per 32 rows of K, so block_k must be a "
+                f"multiple of 32")
     if flags.block_n % reduction_n:
-        raise InapplicableConstraint(f"{where}block_n={flags.block_n} must be a multiple of the activation's "
-                                     f"reduction_n ({reduction_n})")
+        return f"block_n={flags.block_n} must be a multiple of the activation's reduction_n ({reduction_n})"
+    return None
