@@ -31,7 +31,6 @@ import os
 import platform
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -181,7 +180,7 @@ def hazard_replacements() -> str:
     cleared (ogsgen.runtime.wgmma_hazards): "" (none), "wait" (the tile's waiting kernel), or fallback tiles
     such as "16x128x128x8x3" ("-wait" appended where the fallback tile waits for each wgmma)."""
     def name(original, ran):
-        if ran.wait_mma and replace(ran, wait_mma=False) == replace(original, wait_mma=False, fallback_tiles=()):
+        if ran == original.waiting():
             return "wait"
         tile = "x".join(map(str, (ran.block_m, ran.block_n, ran.block_k, ran.num_warps, ran.num_stages)))
         return tile + "-wait" if ran.wait_mma else tile

@@ -389,7 +389,7 @@ def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch
         except (wgmma_hazards.RegisterOperandHazard, OutOfResources) as exc:
             loader.log.info("fallback tile %s of %s not used: %s", tile, flags, exc)
     if replacement is None:
-        replacement = replace(flags, wait_mma=True, fallback_tiles=())
+        replacement = flags.waiting()
         _launch_matmul(variant, call, replacement, out, **operands)
     _REPLACED[(variant, flags)] = replacement
     loader.log.info("%s; launch parameters %s now run as %s", hazard, flags, replacement)

@@ -32,6 +32,10 @@ class OptFlags:
     # this tile's waiting kernel.
     fallback_tiles: tuple = ()
 
+    def waiting(self) -> "OptFlags":
+        """This tile's waiting kernel: what runs when no fallback tile is clean."""
+        return replace(self, wait_mma=True, fallback_tiles=())
+
     def fallback(self, tile: tuple) -> "OptFlags":
         """These flags with one of their fallback tiles."""
         block_n, block_k, num_warps, num_stages, wait_mma = tile
