@@ -9,15 +9,16 @@ two operations is corrected here (users_ecosystem.md §4 lists the defects, in e
 * fp32 -> bf16 casts truncate: round to nearest even, as the GPU does;
 * fp32 -> fp8 casts lose the carry of a round-up: round to nearest even and saturate to the
   largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
-* inline PTX cannot run at all: ogsgen's one PTX block (the packed e2m1 -> bf16 upcast) runs by its
-  elementwise definition, in numpy. Its PTX itself is checked on the GPU (test_dequantize_mx_every_code...).
+* inline PTX cannot run at all: ogsgen's PTX blocks run by their definitions, in numpy: the packed
+  e2m1 -> bf16 upcast elementwise (its PTX itself is checked on the GPU: test_dequantize_mx_every_code...),
+  and the waiting kernels' marker as nothing (it only instructs ogsgen's compile).
 """
 import numpy as np
 import torch
 import triton.language as tl
 from triton.runtime import interpreter
 
-from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2
+from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, REQUEST_WGMMA_WAITS
 from ogsgen.numerics.mx import decode_e2m1
 
 _FP8 = {tl.float8e4nv: (torch.float8_e4m3fn, 448.0), tl.float8e5: (torch.float8_e5m2, 57344.0)}
@@ -55,7 +56,12 @@ class _AsmResults(list):
         return self[index]
 
 
-_PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16}
+def _request_wgmma_waits():
+    """REQUEST_WGMMA_WAITS by definition: nothing (its one output is unused)."""
+    return _AsmResults([interpreter.TensorHandle(np.zeros(1, np.int32), tl.int32)])
+
+
+_PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16, REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
 
 
 def install() -> None:

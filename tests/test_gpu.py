@@ -176,6 +176,22 @@ def test_mxfp4_hopper_tiles_realistic(tile):
                      128, 4, "cuda")
 
 
+# Waiting kernels (wait_mma: each wgmma completes before the next instruction, made so in the PTX by ogsgen's
+# compile) at the tiles that run them on Triton 3.6: the heuristic's and its fallbacks.
+MX_WAITING_TILES = [(16, 128, 128, 4, 3), (16, 128, 128, 8, 3), (64, 128, 64, 8, 4), (128, 256, 64, 16, 3),
+                    (128, 256, 128, 8, 4)]
+
+
+@pytest.mark.parametrize("tile", MX_WAITING_TILES, ids=["x".join(map(str, t)) for t in MX_WAITING_TILES])
+@pytest.mark.parametrize("label,name,n,k", [
+    ("w1", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu", 5760, 2880),
+    ("w2", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas", 2880, 2880)])
+def test_mxfp4_hopper_waiting_kernels_realistic(tile, label, name, n, k):
+    constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile))
+    with ogsgen.opt_flags_constraints(**constraints, wait_mma=True):
+        run_moe_case(DEFAULT[name], 2048, n, k, 128, 4, "cuda")
+
+
 def test_bitwise_invariance_realistic():
     x = torch.randn(4096, 2880, device="cuda").bfloat16()
     w = torch.randn(2880, 5760, device="cuda").bfloat16()

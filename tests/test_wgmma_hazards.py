@@ -1,9 +1,11 @@
 """The check for ptxas's in-flight wgmma register hazard, and what matmul_ogs does when a binary has it."""
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import torch
 
 import ogsgen
 from ogsgen.runtime import launcher, matmul, wgmma_hazards
+from ogsgen.numerics.jit import WGMMA_WAITS_MARKER
 from ogsgen.runtime.wgmma_hazards import find_hazards
 from ogsgen.spec import default_catalog
 from cases import run_case
@@ -49,7 +52,7 @@ def test_retired_wgmmas_and_other_registers_are_not_hazards():
     assert len(find_hazards(sass.replace("IADD3 R92, P0, R4, 0x10, RZ", "LDS.128 R88, [R2+0x10]"))) == 1
 
 
-def _compile_for_sm90(name: str, tile, wait_mma: bool):
+def _compile_for_sm90(name: str, tile, wait_mma: bool, waiting_compile: bool = True):
     """An offline sm_90 compile of a generated MX kernel with Triton's own ptxas (no GPU needed)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -67,7 +70,9 @@ def _compile_for_sm90(name: str, tile, wait_mma: bool):
     aligned = {(names.index(a),): [["tt.divisibility", 16]] for a, kind in signature.items()
                if kind.startswith("*") or (a.startswith("stride") and a not in constants)}
     source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=aligned)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=tile[3], num_stages=tile[4]))
+    with wgmma_hazards.waiting_for_each_wgmma_compiles() if waiting_compile else contextlib.nullcontext():
+        return triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=tile[3], num_stages=tile[4]))
 
 
 def _ptxas_version():
@@ -77,13 +82,24 @@ def _ptxas_version():
 
 
 def hazards_in_sm90_compiles() -> str:
-    """JSON {wait_mma: [register-sourced HGMMAs, hazards]} of gpt-oss w1 mxfp4 at its large-batch tile, and the
-    ptxas version. Runs in a process without TRITON_INTERPRET (the interpreter replaces @triton.jit)."""
+    """JSON of gpt-oss w1 mxfp4 at its large-batch tile: {wait_mma: [register-sourced HGMMAs, hazards, the
+    K loop's wgmma waits (the N of each WARPGROUP.DEPBAR.LE gsb0, N)]}, the ptxas version, and the error of
+    the waiting kernel compiled without ogsgen's waiting compile. Runs in a process without TRITON_INTERPRET
+    (the interpreter replaces @triton.jit)."""
     tile = (128, 256, 64, 16, 3)
     result = {"ptxas": _ptxas_version()}
     for wait_mma in (False, True):
         sass = wgmma_hazards.sass_of(_compile_for_sm90(HOPPER_SWIGLU, tile, wait_mma).asm["cubin"])
-        result[str(wait_mma)] = [len(re.findall(r"HGMMA\.\S+\s+R\d+,\s*R\d+,", sass)), len(find_hazards(sass))]
+        result[str(wait_mma)] = [len(re.findall(r"HGMMA\.\S+\s+R\d+,\s*R\d+,", sass)), len(find_hazards(sass)),
+                                 sorted(set(re.findall(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*(0x[0-9a-f]+)", sass)))]
+    from triton import knobs
+    with tempfile.TemporaryDirectory() as empty, knobs.cache.scope():
+        knobs.cache.dir = empty  # Triton < 3.7 would return the waiting compile's binary from its cache
+        try:
+            _compile_for_sm90(HOPPER_SWIGLU, tile, True, waiting_compile=False)
+            result["unhooked"] = "compiled"
+        except Exception as exc:  # Triton wraps ptxas's failure in its own exception types
+            result["unhooked"] = str(exc)
     return json.dumps(result)
 
 
@@ -97,10 +113,56 @@ def test_wait_mma_removes_the_hazard_from_a_real_sm90_binary():
                           cwd=HERE, env=dict(env, PYTHONPATH=path), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    rs_hgmmas, hazards = result["True"]
+    rs_hgmmas, hazards, waits = result["True"]
     assert rs_hgmmas >= 4 and hazards == 0  # register-sourced wgmmas, none overwritten in flight
+    assert waits == ["0x0"]  # each wgmma waited for: nothing in flight
+    assert result["True"][0] == result["False"][0]  # W stays in registers, as in the asynchronous kernel
     if tuple(result["ptxas"]) == (12, 8):
         assert result["False"][1] > 0
+    # Compiled without ogsgen's waiting compile, ptxas refuses the waiting kernel by the marker's name.
+    assert WGMMA_WAITS_MARKER in result["unhooked"]
+
+
+_MARKED_PTX = """\t// begin inline asm
+\t{marker};
+mov.b32 %r5, 0;
+\t// end inline asm
+\twgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{%r1}}, {{%r2}}, %rd1, %p1, 1, 1, 0;
+\twgmma.commit_group.sync.aligned;
+\twgmma.wait_group.sync.aligned 3;
+\twgmma.wait_group.sync.aligned 0;
+"""
+
+
+def test_the_waiting_compile_rewrites_only_marked_ptx():
+    marked = _MARKED_PTX.format(marker=WGMMA_WAITS_MARKER)
+    rewritten = wgmma_hazards.wait_for_each_wgmma(marked)
+    assert WGMMA_WAITS_MARKER not in rewritten and "mov.b32 %r5, 0;" in rewritten
+    assert re.findall(r"wait_group\.sync\.aligned (\d+);", rewritten) == ["0", "0"]
+    unmarked = _MARKED_PTX.format(marker="// another kernel")
+    assert wgmma_hazards.wait_for_each_wgmma(unmarked) == unmarked
+
+
+def test_the_waiting_compile_hook_nests_chains_and_restores(monkeypatch):
+    from triton import knobs
+    calls = []
+
+    def outer(*args):
+        calls.append(len(args))
+        return ("outer-key", "outer-hash") if not args else None
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", outer)
+    with wgmma_hazards.waiting_for_each_wgmma_compiles():
+        with wgmma_hazards.waiting_for_each_wgmma_compiles():
+            hook = knobs.runtime.add_stages_inspection_hook
+            assert hook is not outer
+        assert knobs.runtime.add_stages_inspection_hook is hook  # the outer scope still holds
+        key, digest = hook()  # Triton >= 3.7 asks for a cache key: both hooks are in it
+        assert key.startswith("outer-key") and "ogsgen" in key and digest.startswith("outer-hash")
+        stages = {"ptx": lambda src, metadata: _MARKED_PTX.format(marker=WGMMA_WAITS_MARKER)}
+        hook(None, stages, None, None, 90)
+        assert calls == [0, 5]  # the outer hook ran in both conventions
+        assert "wait_group.sync.aligned 3" not in stages["ptx"]("", {})
+    assert knobs.runtime.add_stages_inspection_hook is outer
 
 
 @pytest.mark.parametrize("name", ["ogs_matmul_xbf16_wmxfp4hopper_ybf16_bias", "ogs_matmul_xbf16_wmxfp4_ybf16",
@@ -127,7 +189,9 @@ def _simulate_hopper(monkeypatch, hazardous, record_stages=False):
     clean binary)."""
     launches = []
 
-    def fake_launch(kernel, grid, args, verify=None, **options):
+    def fake_launch(kernel, grid, args, verify=None, compiling=None, **options):
+        # Waiting kernels compile only under waiting_for_each_wgmma_compiles (ptxas refuses them otherwise).
+        assert (compiling is wgmma_hazards.waiting_for_each_wgmma_compiles) == args["WAIT_MMA"]
         stages = (options["num_stages"],) if record_stages else ()
         launches.append((args["WAIT_MMA"], args["BLOCK_N"], options["num_warps"], *stages, verify is not None))
         problem = hazardous(args, options) if verify is not None else None
@@ -170,13 +234,13 @@ def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch, de
 
 
 def test_a_hazardous_hopper_tile_runs_its_clean_fallback_tile(monkeypatch, device):
-    # Hopper-layout 16-row tiles carry a fallback tile (8 warps): its binary is checked, clean here, and used
-    # from then on, without waiting.
+    # A fallback tile (8 warps): its binary is checked, clean here, and used from then on, without waiting.
     launches = _simulate_hopper(monkeypatch, lambda args, options: _hazard() if options["num_warps"] == 4 else None)
     call = _mx_call(device, hopper=True)
-    with pytest.warns(RuntimeWarning, match="now run a tile whose binary is clean"):
+    with ogsgen.opt_flags_constraints(fallback_tiles=((128, 128, 8, 3, False),)):
+        with pytest.warns(RuntimeWarning, match="now run a tile whose binary is clean"):
+            call()
         call()
-    call()
     assert launches == [(False, 128, 4, True), (False, 128, 8, True), (False, 128, 8, True)]
     (original, replacement), = matmul._REPLACED.items()
     assert (replacement.num_warps, replacement.wait_mma, replacement.fallback_tiles) == (8, False, ())
@@ -212,7 +276,7 @@ def test_a_fallback_tile_that_cannot_run_leaves_the_waiting_kernel(monkeypatch, 
             return _hazard() if problem == "hazard" else OutOfResources(245760, 232448, "shared memory")
         return _hazard()
     launches = _simulate_hopper(monkeypatch, hazardous)
-    with pytest.warns(RuntimeWarning):
+    with ogsgen.opt_flags_constraints(fallback_tiles=((128, 128, 8, 3, False),)), pytest.warns(RuntimeWarning):
         _mx_call(device, hopper=True)()
     assert launches == [(False, 128, 4, True), (False, 128, 8, True), (True, 128, 4, True)]
 
@@ -230,23 +294,24 @@ def test_hopper_mx_flags_carry_fallback_tiles_unless_the_tile_is_asked_for():
     def flags(rows, constraints=()):  # gpt-oss w1 shape, hopper-layout mxfp4, 128 experts, H200
         return make_opt_flags(2, 1, rows * 128, 5760, 2880, 1, 128, rows, True, 132, "hopper",
                               constraints=constraints)
-    assert flags(8).fallback_tiles == ((128, 128, 8, 3, False),)
-    assert flags(64).fallback_tiles == ((128, 128, 4, 4, False), (128, 128, 8, 4, False))
-    assert [tile[-1] for tile in flags(128).fallback_tiles] == [False, False, True]
-    assert make_opt_flags(2, 1, 8 * 128, 5760, 2880, 1, 128, 8, True, 132, "strided").fallback_tiles == ()
-    assert flags(8, (("num_stages", 4),)).fallback_tiles == ()
+    # 16 and 64 rows: the tile's own waiting kernel is the fastest replacement; 128 rows: a clean tile, then
+    # that tile waiting.
+    assert flags(8).fallback_tiles == flags(64).fallback_tiles == ()
+    assert flags(128).fallback_tiles == ((256, 128, 8, 4, False), (256, 128, 8, 4, True))
+    assert make_opt_flags(2, 1, 128 * 128, 5760, 2880, 1, 128, 128, True, 132, "strided").fallback_tiles == ()
+    assert flags(128, (("num_stages", 4),)).fallback_tiles == ()
     with pytest.raises(ogsgen.InapplicableConstraint, match=r"fallback tile \(128, 32, 8, 3, False\): block_k=32: "
                                                             r"hopper-layout mxfp4 weights come in groups of 64"):
         flags(8, (("fallback_tiles", ((128, 32, 8, 3, False),)),))
     # Heuristic fallback tiles the operands cannot take are dropped, not an error: an mx output of an activation
-    # folding 8 columns needs 32 * 8 = 256-wide tiles, so the 16-row 128-wide fallback goes.
-    mx_out = make_opt_flags(2, 1, 8 * 128, 5760, 2880, 8, 128, 8, True, 132, "hopper", y_mx=True)
-    assert (mx_out.block_n, mx_out.fallback_tiles) == (256, ())
+    # folding 16 columns needs 32 * 16 = 512-wide tiles, so the 256-wide fallbacks go.
+    mx_out = make_opt_flags(2, 1, 128 * 128, 5760, 2880, 16, 128, 128, True, 132, "hopper", y_mx=True)
+    assert (mx_out.block_n, mx_out.fallback_tiles) == (512, ())
     # A bitwise-invariant call keeps one tile's arithmetic for every shape: no fallback tiles (waiting only).
-    assert make_opt_flags(2, 1, 8 * 128, 5760, 2880, 1, 128, 8, True, 132, "hopper",
+    assert make_opt_flags(2, 1, 128 * 128, 5760, 2880, 1, 128, 128, True, 132, "hopper",
                           bitwise_invariant=True).fallback_tiles == ()
     # Warm-up reproduces a call's flags as constraints: all of them, so the fallback tiles stay.
-    assert flags(8, tuple(sorted(asdict(flags(8)).items()))) == flags(8)
+    assert flags(128, tuple(sorted(asdict(flags(128)).items()))) == flags(128)
 
 
 def test_a_tile_asked_for_has_no_fallback_tiles(monkeypatch, device):

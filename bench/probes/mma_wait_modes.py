@@ -6,13 +6,15 @@ The hopper mxfp4 kernels must not let the next K step's upcast overwrite registe
 (ogsgen.runtime.wgmma_hazards). This times, per shape and tile, the ways a K step can wait, each checked
 against the float32 reference (bench_moe's), and writes DIR/mma_wait_modes.csv:
 
-- ``k64-select``: what the generated kernels do with WAIT_MMA: one dot per K step, made synchronous by a
-  select on its result (ogsgen.numerics.jit.mma_completed);
+- ``each-wgmma``: what the generated kernels do with WAIT_MMA (since 2026-12-01): the K loop as Triton
+  pipelines it, with every ``wgmma.wait_group`` of its PTX made to wait for all (ogsgen.runtime.wgmma_hazards);
+- ``k64-select``: what they did before: one dot per K step, made synchronous by a select on its result;
 - ``k16-pieces``: K=16 dots on register slices of the upcast W, x loaded in K=16 pieces;
 - ``k16-registers``, ``k32-registers``: a chain of K=16 (K=32) dots, x loaded whole and split in registers;
 - ``async``: no wait (Triton's pipelined dot), SASS check off: the speed the hazard costs, and its errors.
 
-The variants other than ``k64-select`` and ``async`` are rewritten from the generated source into DIR/kernels.
+The variants other than ``each-wgmma`` and ``async`` are rewritten from the generated source into DIR/kernels
+(without the waiting compile's marker).
 """
 from __future__ import annotations
 
@@ -33,13 +35,16 @@ from ogsgen.runtime import loader, matmul, wgmma_hazards  # noqa: E402
 
 CASES = [("gpt-oss w1", 2048), ("gpt-oss w1", 8192), ("gpt-oss w2", 8192), ("DeepSeek-V3 w1", 8192)]
 TILES = [None, (128, 256, 64, 16, 3), (128, 128, 64, 8, 4)]
-MODES = ["k64-select", "k16-pieces", "k16-registers", "k32-registers", "async"]
+MODES = ["each-wgmma", "k64-select", "k16-pieces", "k16-registers", "k32-registers", "async"]
 
-WAITING_DOT = """        if WAIT_MMA:  # the flags' wait_mma: this K step's wgmma completes before the next upcast
-            acc = mma_completed(acc, k)
-        acc = tl.dot(w, tl.trans(x), acc)
+WAITING_DOT = """        acc = tl.dot(w, tl.trans(x), acc)
 """
+MARKER_CALL = "        request_wgmma_waits()\n"
 REWRITES = {
+    "k64-select": """        if WAIT_MMA:
+            acc = _completed(acc, k)
+        acc = tl.dot(w, tl.trans(x), acc)
+""",
     "k16-pieces": """        if WAIT_MMA:
             x_mask = offs_k[None, :] < (BLOCK_K if EVEN_K else K - k * BLOCK_K)
             acc = _dot_in_k16_pieces(w, tl.trans(XPtrs), tl.trans(x_mask), acc, not EVEN_K)
@@ -58,6 +63,10 @@ REWRITES = {
 """,
 }
 HELPERS = '''
+
+@triton.jit
+def _completed(acc, k):
+    return tl.where(k >= 0, acc, 0.0)  # k >= 0 always: a select the compiler cannot drop
 
 @triton.jit
 def _halves(t, AXIS: tl.constexpr):
@@ -99,8 +108,9 @@ def _dot_in_k16_pieces(a, b_ptrs, b_mask, acc, MASKED: tl.constexpr):
 def rewritten_kernel(variant, mode, folder: Path, generated_kernel):
     name = loader.canonical_name(variant)
     source = Path(inspect.getsourcefile(generated_kernel.fn)).read_text()
-    assert WAITING_DOT in source, "the generated K loop changed: update this probe"
-    source = source.replace(WAITING_DOT, REWRITES[mode]).replace("\nPROVENANCE", HELPERS + "\n\nPROVENANCE", 1)
+    assert WAITING_DOT in source and MARKER_CALL in source, "the generated K loop changed: update this probe"
+    source = source.replace(WAITING_DOT, REWRITES[mode]).replace(MARKER_CALL, "        pass\n")
+    source = source.replace("\nPROVENANCE", HELPERS + "\n\nPROVENANCE", 1)
     path = folder / f"{mode.replace('-', '_')}_{name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)

@@ -30,6 +30,7 @@ from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_moe import MOE_SHAPES, write_csv  # noqa: E402
+from tile_sweep import parse_tile, tile_name  # noqa: E402
 
 import ogsgen  # noqa: E402
 from ogsgen.moe.reference import routing_torch  # noqa: E402
@@ -63,11 +64,11 @@ def captured_launches(call, tile):
     """(kernel, grid, args, options) of each launch ``call`` makes under the tile's constraints (none runs)."""
     launches = []
     real_launch, real_interpreting = launcher.launch, matmul._interpreting
-    launcher.launch = lambda kernel, grid, args, verify=None, **options: launches.append((kernel, grid, args,
-                                                                                          options))
+    launcher.launch = lambda kernel, grid, args, verify=None, compiling=None, **options: launches.append(
+        (kernel, grid, args, options))
     matmul._interpreting = lambda: True  # CPU tensors are accepted; kernels are still the compiled ones
     try:
-        constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile or ()))
+        constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages", "wait_mma"), tile or ()))
         with ogsgen.opt_flags_constraints(**constraints):
             call()
     finally:
@@ -83,7 +84,8 @@ def compile_for_sm90(kernel, args: dict, options: dict):
     bound_args, specialization, parsed = binder(**kwargs)
     parsed, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound_args, specialization, parsed)
     source = ASTSource(kernel, signature, constexprs, attrs)
-    return triton_compile(source, target=SM90, options=parsed.__dict__)
+    with wgmma_hazards.waiting_for_each_wgmma_compiles():  # as matmul_ogs compiles waiting kernels
+        return triton_compile(source, target=SM90, options=parsed.__dict__)
 
 
 def main():
@@ -91,17 +93,18 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", default="mxfp4", choices=["mxfp4"])
     parser.add_argument("--cases", nargs="+", required=True, help='"shape:tokens", shapes as in bench_moe')
-    parser.add_argument("--tiles", nargs="+", default=[], help="BMxBNxBKxWARPSxSTAGES (and the heuristic's)")
+    parser.add_argument("--tiles", nargs="+", default=[],
+                        help="BMxBNxBKxWARPSxSTAGES, a trailing w for the waiting kernel (and the heuristic's)")
     parser.add_argument("--max-experts", type=int, default=32)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    tiles = [None, *(tuple(int(v) for v in t.split("x")) for t in args.tiles)]
+    tiles = [None, *(parse_tile(t) for t in args.tiles)]
     rows = []
     for case in args.cases:
         name, tokens = case.rsplit(":", 1)
         call = case_call(name, int(tokens), args.format, args.max_experts)
         for tile in tiles:
-            row = dict(case=case, tile="heuristic" if tile is None else "x".join(map(str, tile)))
+            row = dict(case=case, tile="heuristic" if tile is None else tile_name(tile))
             try:
                 for kernel, grid, kernel_args, options in captured_launches(call, tile):
                     if "WAIT_MMA" not in kernel.arg_names:

@@ -1,7 +1,7 @@
 """Probe: which launch parameters the matmul_ogs kernels want on this GPU, per shape and weight format.
 
     PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|mxfp4|mxfp4-strided]
-        [--cases "gpt-oss w1:256" ...] [--tiles 16x256x128x8x3 ...]
+        [--cases "gpt-oss w1:256" ...] [--tiles 16x256x128x8x3 16x256x128x8x3w ...]
 
 Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
 tile and writes OUT/tile_sweep_FORMAT.csv (CUDA-graph medians, and each tile's largest difference from the
@@ -10,6 +10,7 @@ heuristic in ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTE
 ``replaced_by``: the MX binary had ptxas's wgmma register hazard, and the call ran this instead ("wait": the
 tile's waiting kernel; a tile: a fallback tile of the heuristic's, "-wait" if it waits; see
 ogsgen.runtime.wgmma_hazards). A tile asked for here has no fallback tiles: its own binary or waiting kernel.
+A tile ending in "w" asks for the waiting kernel itself (``wait_mma``), hazard or not.
 """
 from __future__ import annotations
 
@@ -50,6 +51,17 @@ def sweep(weight_format, cases=None, tiles=None):
             for name, size in cases or MX_CASES]
 
 
+def parse_tile(text):
+    """"16x128x128x8x3" -> (16, 128, 128, 8, 3); a trailing "w" adds wait_mma=True."""
+    waits = text.endswith("w")
+    tile = tuple(int(v) for v in text.removesuffix("w").split("x"))
+    return (*tile, True) if waits else tile
+
+
+def tile_name(tile):
+    return "x".join(map(str, tile[:5])) + ("w" if tile[5:] == (True,) else "")
+
+
 def case_fn(name, size, weight_format):
     if name == "dense":
         cases = bench_moe.dense_cases(*size, None)
@@ -65,23 +77,24 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", default="bf16", choices=["bf16", "mxfp4", "mxfp4-strided"])
     parser.add_argument("--cases", nargs="+", help='MoE cases as "shape:tokens" (default: the built-in list)')
-    parser.add_argument("--tiles", nargs="+", help="tiles as BMxBNxBKxWARPSxSTAGES (default: the built-in list)")
+    parser.add_argument("--tiles", nargs="+", help="tiles as BMxBNxBKxWARPSxSTAGES[w] (default: the built-in list)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cases = [(c.rsplit(":", 1)[0], int(c.rsplit(":", 1)[1])) for c in args.cases] if args.cases else None
-    tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles] if args.tiles else None
+    tiles = [parse_tile(t) for t in args.tiles] if args.tiles else None
     rows = []
     for name, size, tiles in sweep(args.format, cases, tiles):
         fn, flops = case_fn(name, size, args.format)
         reference = fn().float()
         for tile in [None, *tiles]:
             row = dict(case=f"{name} {args.format} {size}",
-                       tile="heuristic" if tile is None else "x".join(map(str, tile)))
+                       tile="heuristic" if tile is None else tile_name(tile))
             try:
                 if tile is None:
                     run = fn
                 else:
-                    constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile))
+                    constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages", "wait_mma"),
+                                           tile))
                     if name != "dense" and tile[0] > 128:
                         raise ValueError("ragged rows take block_m <= 128")
 

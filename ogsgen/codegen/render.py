@@ -79,7 +79,7 @@ def helpers_used(variant: KernelVariant) -> dict:
     elif variant.w.scaling == "block_e8m0":
         helpers["upcast_mx_rows"] = jit.upcast_mx_rows
     if variant.w.scaling == "block_e8m0":
-        helpers["mma_completed"] = jit.mma_completed
+        helpers["request_wgmma_waits"] = jit.request_wgmma_waits
     if variant.y.scaling == "block_e8m0":
         helpers["scale_mx_rows"] = jit.scale_mx_rows
     return helpers

@@ -142,13 +142,21 @@ def upcast_mxfp4_hopper_rows(values, scales):
     return tl.reshape(tl.permute(w, (0, 1, 3, 6, 4, 2, 5)), (ROWS, GROUPS * 64))  # [r, g, p, n, h, t, e]
 
 
+# A kernel that must run each wgmma to completion before its next instruction (an MX kernel's WAIT_MMA) carries
+# this instruction. ogsgen's compile (ogsgen.runtime.wgmma_hazards.waiting_for_each_wgmma_compiles) deletes it
+# and makes every wgmma.wait_group wait for all groups; compiled any other way, ptxas refuses it by name, so
+# no such binary runs with wgmmas in flight.
+WGMMA_WAITS_MARKER = "ogsgen_wait_mma_kernel_needs_the_ogsgen_runtime_compile"
+REQUEST_WGMMA_WAITS = tl.constexpr(f"{WGMMA_WAITS_MARKER};\nmov.b32 $0, 0;")
+
+
 @triton.jit
-def mma_completed(acc, k):
-    """``acc``, unchanged (``k`` >= 0), through a select the compiler cannot remove: the dot that produced it
-    must complete before the loop goes on. For K loops whose dot reads registers written in the loop (the
-    upcast W): ptxas may reuse them while an asynchronous wgmma still reads them
-    (triton-lang/triton#9433; ogsgen.runtime.wgmma_hazards)."""
-    return tl.where(k >= 0, acc, 0.0)
+def request_wgmma_waits():
+    """Mark the kernel for ogsgen's compile to wait for each wgmma (see WGMMA_WAITS_MARKER). For K loops whose
+    dot reads registers written in the loop (the upcast W): ptxas may reuse them while an asynchronous wgmma
+    still reads them (triton-lang/triton#9433; ogsgen.runtime.wgmma_hazards). The wait is added to the PTX, not
+    to Triton's IR, so the K loop keeps its register operands and its pipelined loads."""
+    tl.inline_asm_elementwise(REQUEST_WGMMA_WAITS, "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit

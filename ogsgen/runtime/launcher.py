@@ -13,6 +13,7 @@ The first call of each key, calls under Triton's interpreter, calls while launch
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 
 import torch
 import triton
@@ -82,26 +83,30 @@ def _verify(kernel, grid, args: dict, options: dict, verify) -> None:
         _verified.add(compiled.hash)
 
 
-def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, **options) -> None:
+def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, compiling=None, **options) -> None:
     """``kernel[grid](**args, **options)`` (options: num_warps, num_stages), cached. ``args`` names every
-    parameter of the kernel. ``verify``: called with each new compiled binary before its first launch."""
+    parameter of the kernel. ``verify``: called with each new compiled binary before its first launch.
+    ``compiling``: a context manager factory, entered around every step that may compile (Triton's own launch
+    path included); the cached launches skip it."""
     values = tuple(args[name] for name in kernel.arg_names)  # a missing argument fails here, on every path
     # Interpreted kernels (TRITON_INTERPRET=1) are not JITFunctions: they always take Triton's path.
     if not isinstance(kernel, JITFunction):
         kernel[grid](**args, **options)
         return
     if not _FAST_PATH or _hooks_installed():
-        if verify is not None:
-            _verify(kernel, grid, args, options, verify)
-        kernel[grid](**args, **options)
+        with compiling() if compiling is not None else nullcontext():
+            if verify is not None:
+                _verify(kernel, grid, args, options, verify)
+            kernel[grid](**args, **options)
         return
     device = torch.cuda.current_device()
     key = _specialization_key(kernel, values, options, device)
     compiled = _compiled.get(key)
     if compiled is None:
-        if verify is not None:
-            _verify(kernel, grid, args, options, verify)
-        compiled = kernel[grid](**args, **options)
+        with compiling() if compiling is not None else nullcontext():
+            if verify is not None:
+                _verify(kernel, grid, args, options, verify)
+            compiled = kernel[grid](**args, **options)
         if all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata")):
             with _lock:
                 if len(_compiled) >= _MAX_ENTRIES:

@@ -362,16 +362,23 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
         flags = _REPLACED.get((variant, flags), flags)
     kernel, grid, args, options = _matmul_launch(variant, call, flags, out, **operands)
     if not checked:
-        launcher.launch(kernel, grid, args, **options)
+        launcher.launch(kernel, grid, args, compiling=_compiling(flags), **options)
         return
     try:
-        launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, **options)
+        launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(flags),
+                        **options)
     except wgmma_hazards.RegisterOperandHazard as hazard:
         if flags.wait_mma:
             raise wgmma_hazards.RegisterOperandHazard(
                 f"{hazard}: the waiting kernel has it too, so no binary of {canonical_name(variant)} with launch "
                 f"parameters {flags} is safe; try other opt_flags_constraints or another Triton release") from hazard
         _launch_hazard_free(variant, call, flags, out, hazard, **operands)
+
+
+def _compiling(flags):
+    """What launches of these flags compile under: a waiting kernel's binary exists only as compiled by
+    ``wgmma_hazards.waiting_for_each_wgmma_compiles``."""
+    return wgmma_hazards.waiting_for_each_wgmma_compiles if flags.wait_mma else None
 
 
 def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, hazard, **operands):
@@ -383,7 +390,8 @@ def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch
         candidate = flags.fallback(tile)
         kernel, grid, args, options = _matmul_launch(variant, call, candidate, out, **operands)
         try:
-            launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, **options)
+            launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(candidate),
+                            **options)
             replacement = candidate
             break
         except (wgmma_hazards.RegisterOperandHazard, OutOfResources) as exc:
@@ -396,8 +404,8 @@ def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch
     if len(_REPLACED) == 1:  # once per process; each configuration is logged on the ogsgen logger
         warnings.warn(f"ogsgen: {hazard}. ptxas let the next K step overwrite registers a wgmma still reads "
                       f"(triton-lang/triton#9433); MX-weight kernels where this happens now run a tile whose "
-                      f"binary is clean or wait for each wgmma instead (slower, correct). Triton 3.9 compiles "
-                      f"them without the hazard.", RuntimeWarning, stacklevel=4)
+                      f"binary is clean or wait for each wgmma instead (correct, sometimes slower). Triton 3.9 "
+                      f"compiles them without the hazard.", RuntimeWarning, stacklevel=4)
 
 
 # (variant, opt flags) whose MX binary had the wgmma register hazard -> the flags their calls run instead.

@@ -139,23 +139,21 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # want K tiles of 128 with one warpgroup; 128-row tiles 256-wide W tiles over four warpgroups.
         # Where Triton 3.6's binaries of these tiles have ptxas's wgmma register hazard, the fallback tiles below
         # are tried, in order, before the tile's own waiting kernel (bench/probes/offline_sm90_check.py says which
-        # binaries are clean). H200 times against waiting (bench/results/2026-11-30f-probes, 2026-12-01-probes):
-        # - 16 rows: 2-3% slower than the hazardous tile, where waiting costs 28-42%;
-        # - 64 rows (T=2048): one warpgroup is clean for gpt-oss w2 (796 us against 998) and DeepSeek-V3 w1 (4460
-        #   against 6284) but not for gpt-oss w1, which is clean at 8 warps (1434 against 1772);
-        # - 128 rows (T=8192): gpt-oss w1 is clean at 256x128/8 warps/4 stages (3420 against 4267); gpt-oss w2
-        #   does not fit that in shared memory and is clean at 16 warps/3 stages (2106 against 2438); DeepSeek-V3
-        #   w1 has the hazard at both and is fastest waiting at 256x128/8 warps (10681 against 14695; 12695 for
-        #   its clean 128x128x128, 17049 for its clean 128x256x64/8 warps).
+        # binaries are clean). Waiting kernels wait for each wgmma in their PTX and keep W in registers; on the
+        # H200 they beat every clean tile tried except at 128 rows (bench/results/2026-12-01e-probes):
+        # - 16 rows: the 4-warp tile waiting is 0-6% faster than the clean 8-warp tile (gpt-oss w2 T=256 306
+        #   against 324 us, in one run);
+        # - 64 rows (T=2048): waiting beats the clean 64x128x128 tiles by 7-16% (gpt-oss w1 1257 against 1484);
+        # - 128 rows (T=8192): 256x128/8 warps/4 stages is clean for gpt-oss w1 (3451 us; 3510 waiting) and
+        #   fastest waiting for gpt-oss w2 (1954 against 2089 for its clean 16-warp tile) and DeepSeek-V3 w1
+        #   (10060 against 12818 for its own tile waiting).
         if block_m <= 32:
             block_n, block_k, num_warps, num_stages = 128, 128, 4, 3
-            fallback_tiles = ((128, 128, 8, 3, False),) if block_m == 16 else ()
         elif block_m == 64:
             block_n, block_k, num_warps, num_stages = 128, 64, 8, 4
-            fallback_tiles = ((128, 128, 4, 4, False), (128, 128, 8, 4, False))
         else:
             block_n, block_k, num_warps, num_stages = 256, 64, 16, 3
-            fallback_tiles = ((256, 128, 8, 4, False), (256, 128, 16, 3, False), (256, 128, 8, 4, True))
+            fallback_tiles = ((256, 128, 8, 4, False), (256, 128, 8, 4, True))
     split_k = 1
     tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n)
     k_tiles = triton.cdiv(k, block_k)

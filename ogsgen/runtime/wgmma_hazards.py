@@ -10,6 +10,11 @@ ptxas 13.4; Triton 3.9's do not), so it is checked per compiled binary, on its S
 The check follows the K loop (a backward branch) twice, keeping the A registers of each issued HGMMA until a
 ``WARPGROUP.DEPBAR.LE gsb0, N`` retires it (all but the N most recent), and reports every instruction that
 writes one of them meanwhile.
+
+A kernel with the hazard runs instead on a clean fallback tile or as its waiting kernel (``WAIT_MMA``),
+compiled under :func:`waiting_for_each_wgmma_compiles`: its PTX waits for every wgmma right after issuing it
+(``wgmma.wait_group 0``), which leaves ptxas nothing in flight to overwrite. Only the PTX changes; Triton's
+pipelined loads and register-fed wgmmas stay as they are.
 """
 from __future__ import annotations
 
@@ -17,8 +22,14 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from triton import knobs
+
+from ..numerics.jit import WGMMA_WAITS_MARKER
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"\.L_x_(\d+):\s*\n\s*/\*([0-9a-f]+)\*/")
@@ -91,7 +102,6 @@ def find_hazards(sass: str) -> list[Hazard]:
 
 def sass_of(cubin: bytes) -> str:
     """nvdisasm's listing of a cubin (the disassembler that ships with Triton)."""
-    from triton import knobs
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
     try:
@@ -140,3 +150,54 @@ def check_compiled(compiled) -> None:
             pass
     if verdict:
         raise RegisterOperandHazard(verdict)
+
+
+_MARKER_LINE = re.compile(rf"^\s*{WGMMA_WAITS_MARKER};\s*\n", re.MULTILINE)
+_WAIT_GROUP = re.compile(r"wgmma\.wait_group\.sync\.aligned\s+\d+;")
+
+
+def wait_for_each_wgmma(ptx: str) -> str:
+    """A marked kernel's PTX (``ogsgen.numerics.jit.request_wgmma_waits``) without the marker, every
+    ``wgmma.wait_group N`` made ``wgmma.wait_group 0``; any other PTX unchanged. Waiting for more groups than
+    Triton asked for never changes a result, only how much overlaps."""
+    ptx, marked = _MARKER_LINE.subn("", ptx)
+    return _WAIT_GROUP.sub("wgmma.wait_group.sync.aligned 0;", ptx) if marked else ptx
+
+
+_hook_lock = threading.Lock()
+_hook_depth = 0
+_outer_hook = None  # a hook someone else installed, chained
+
+
+def _stages_hook(*args):
+    """Triton's add_stages_inspection_hook: with no arguments (Triton >= 3.7) a cache key; else it wraps the
+    PTX stage with :func:`wait_for_each_wgmma`, after any hook installed before it."""
+    outer = _outer_hook
+    if not args:
+        key, digest = outer() if outer is not None else ("", "")
+        return f"{key}ogsgen-wgmma-waits-1", f"{digest}ogsgen-wgmma-waits-1"
+    if outer is not None:
+        outer(*args)
+    stages = args[1]
+    make_ptx = stages["ptx"]
+    stages["ptx"] = lambda src, metadata: wait_for_each_wgmma(make_ptx(src, metadata))
+
+
+@contextmanager
+def waiting_for_each_wgmma_compiles():
+    """Compile (and launch) under this for kernels marked by ``request_wgmma_waits``: their PTX is rewritten by
+    :func:`wait_for_each_wgmma`; other kernels compile as they would. Nests, and chains a hook already set."""
+    global _hook_depth, _outer_hook
+    with _hook_lock:
+        if _hook_depth == 0:
+            _outer_hook = knobs.runtime.add_stages_inspection_hook
+            knobs.runtime.add_stages_inspection_hook = _stages_hook
+        _hook_depth += 1
+    try:
+        yield
+    finally:
+        with _hook_lock:
+            _hook_depth -= 1
+            if _hook_depth == 0:
+                knobs.runtime.add_stages_inspection_hook = _outer_hook
+                _outer_hook = None
