@@ -34,7 +34,7 @@ TILES = [  # block_m, block_n, block_k, num_warps, num_stages
 CASES = [("gpt-oss w1", 8192), ("gpt-oss w2", 8192), ("gpt-oss w1", 2048), ("DeepSeek-V3 w1", 8192),
          ("dense", (8192, 8192, 8192)), ("dense", (4096, 5760, 2880))]
 # mxfp4: decode-sized row tiles (16) for T <= 256, 128-row tiles at T = 8192; hopper-layout tiles take whole
-# 64-row K groups, with at most one 64-row W^T tile per warpgroup (more go through shared memory: sm_90 SASS).
+# 64-row K groups.
 MX_DECODE_TILES = [(16, 128, 128, 4, 3), (16, 128, 64, 8, 4), (16, 64, 64, 4, 4), (16, 64, 128, 4, 4),
                    (16, 128, 128, 8, 3), (16, 256, 64, 16, 4), (16, 128, 128, 4, 4)]
 MX_LARGE_TILES = [(128, 128, 64, 8, 4), (128, 128, 128, 8, 3), (128, 256, 64, 16, 3), (64, 128, 64, 8, 4),
