@@ -114,6 +114,11 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32.
     block_k = max(16, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
+    if itemsize == 2 and w_mx_layout is None and block_m == 16:
+        # Decode rows with 16-bit W: two warpgroups per 16x128 tile stream W faster, measured on the H200
+        # (bench/results/2026-12-01e-probes/tile_sweep_bf16_decode*.csv): T=1 15% faster on gpt-oss (w1 40.3 ->
+        # 34.1 us), T=8 2-7%, T=32 1-4%, T=256 within 0.6% either way.
+        num_warps = 8
     stage_bytes = (block_m + block_n) * block_k * itemsize
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
     wide_tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, 256)
