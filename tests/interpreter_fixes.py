@@ -10,7 +10,8 @@ two operations is corrected here (users_ecosystem.md §4 lists the defects, in e
 * fp32 -> fp8 casts lose the carry of a round-up: round to nearest even and saturate to the
   largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
 * inline PTX cannot run at all: ogsgen's PTX blocks run by their definitions, in numpy: the packed
-  e2m1 -> bf16 upcast elementwise (its PTX itself is checked on the GPU: test_dequantize_mx_every_code...),
+  e2m1 -> bf16 upcast elementwise (its PTX itself is checked on the GPU: test_dequantize_mx_every_code...,
+  and instruction by instruction on the CPU: test_ptx_upcast.py),
   and the waiting kernels' marker as nothing (it only instructs ogsgen's compile).
 """
 import numpy as np
