@@ -165,6 +165,33 @@ def test_the_waiting_compile_hook_nests_chains_and_restores(monkeypatch):
     assert knobs.runtime.add_stages_inspection_hook is outer
 
 
+def test_the_waiting_compile_hook_is_restored_after_overlapping_threads(monkeypatch):
+    import threading
+    from triton import knobs
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", None)
+    first_inside, second_done = threading.Event(), threading.Event()
+    seen_after_second = []
+
+    def first():
+        with wgmma_hazards.waiting_for_each_wgmma_compiles():
+            first_inside.set()
+            second_done.wait(10)  # the second thread enters and leaves meanwhile
+
+    def second():
+        first_inside.wait(10)
+        with wgmma_hazards.waiting_for_each_wgmma_compiles():
+            pass
+        seen_after_second.append(knobs.runtime.add_stages_inspection_hook)
+        second_done.set()
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert seen_after_second and seen_after_second[0] is not None  # the first thread's scope still held
+    assert knobs.runtime.add_stages_inspection_hook is None
+
+
 @pytest.mark.parametrize("name", ["ogs_matmul_xbf16_wmxfp4hopper_ybf16_bias", "ogs_matmul_xbf16_wmxfp4_ybf16",
                                   "ogs_matmul_xbf16_wmxfp8e4m3_yfp32"])
 def test_wait_mma_computes_the_same(name, device):
