@@ -1,7 +1,7 @@
 """Probe, no GPU needed: which launch parameters give an MX kernel ptxas's in-flight wgmma register hazard.
 
     PYTHONPATH=. python bench/probes/offline_sm90_check.py --out DIR --cases "gpt-oss w1:8192" ... \
-        --tiles 128x256x64x16x3 ... [--format mxfp4]
+        --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4]
 
 Run it with the Triton release of the GPU machine (its ptxas decides). Each case's call goes through
 ``ogsgen.matmul_ogs`` on CPU tensors of the real shapes with the launch captured (no kernel runs); the
@@ -10,7 +10,7 @@ launch on the H200 would specialize it (dtypes, 16-byte alignment, integers equa
 EVEN_K), then compiled, disassembled and checked by ``ogsgen.runtime.wgmma_hazards``. Writes
 DIR/offline_sm90_check.csv: per case and tile, each kernel launched, its hazards and shared memory (over
 227 KiB, the launch would fail). It says which tiles the shipped path runs asynchronously; only a GPU says
-how fast they are.
+how fast they are. A tile ending in ``w`` is compiled as its waiting kernel (as matmul_ogs compiles it).
 """
 from __future__ import annotations
 
