@@ -179,8 +179,9 @@ def _stages_hook(*args):
     if outer is not None:
         outer(*args)
     stages = args[1]
-    make_ptx = stages["ptx"]
-    stages["ptx"] = lambda src, metadata: wait_for_each_wgmma(make_ptx(src, metadata))
+    make_ptx = stages.get("ptx")
+    if make_ptx is not None:  # NVIDIA backends only: the marker and the waits are PTX
+        stages["ptx"] = lambda src, metadata: wait_for_each_wgmma(make_ptx(src, metadata))
 
 
 @contextmanager
