@@ -68,7 +68,8 @@ def captured_launches(call, tile):
         (kernel, grid, args, options))
     matmul._interpreting = lambda: True  # CPU tensors are accepted; kernels are still the compiled ones
     try:
-        constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages", "wait_mma"), tile or ()))
+        keys = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "wait_mma")
+        constraints = dict(zip(keys, tile or ()))
         with ogsgen.opt_flags_constraints(**constraints):
             call()
     finally:

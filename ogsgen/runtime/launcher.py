@@ -93,8 +93,9 @@ def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, compilin
     if not isinstance(kernel, JITFunction):
         kernel[grid](**args, **options)
         return
+    compiling = compiling or nullcontext
     if not _FAST_PATH or _hooks_installed():
-        with compiling() if compiling is not None else nullcontext():
+        with compiling():
             if verify is not None:
                 _verify(kernel, grid, args, options, verify)
             kernel[grid](**args, **options)
@@ -103,7 +104,7 @@ def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, compilin
     key = _specialization_key(kernel, values, options, device)
     compiled = _compiled.get(key)
     if compiled is None:
-        with compiling() if compiling is not None else nullcontext():
+        with compiling():
             if verify is not None:
                 _verify(kernel, grid, args, options, verify)
             compiled = kernel[grid](**args, **options)

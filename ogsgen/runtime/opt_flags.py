@@ -139,8 +139,9 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
             return OptFlags(128, 256, 64, group_m=8, num_warps=8, num_stages=3, persistent=True)
     if w_mx_layout == "hopper":
         # Whole 64-row K groups per tile; the upcast W feeds the MMA from registers (sm_90 SASS, also with two
-        # 64-row W^T tiles per warpgroup as in the 16-row tile). Measured on the H200 (bench/probes/tile_sweep.py --format mxfp4, bench/NOTES.md): 16-row tiles
-        # want K tiles of 128 with one warpgroup; 128-row tiles 256-wide W tiles over four warpgroups.
+        # 64-row W^T tiles per warpgroup as in the 16-row tile). Measured on the H200 (bench/probes/tile_sweep.py
+        # --format mxfp4, bench/NOTES.md): 16-row tiles want K tiles of 128 with one warpgroup; 128-row tiles
+        # 256-wide W tiles over four warpgroups.
         # Where Triton 3.6's binaries of these tiles have ptxas's wgmma register hazard, the fallback tiles below
         # are tried, in order, before the tile's own waiting kernel (bench/probes/offline_sm90_check.py says which
         # binaries are clean). Waiting kernels wait for each wgmma in their PTX and keep W in registers; on the

@@ -170,7 +170,7 @@ _outer_hook = None  # a hook someone else installed, chained
 
 
 def _stages_hook(*args):
-    """Triton's add_stages_inspection_hook: with no arguments (Triton >= 3.7) a cache key; else it wraps the
+    """Triton's add_stages_inspection_hook: with no arguments (as Triton 3.9 asks) a cache key; else it wraps the
     PTX stage with :func:`wait_for_each_wgmma`, after any hook installed before it."""
     outer = _outer_hook
     if not args:
