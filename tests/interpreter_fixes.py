@@ -10,7 +10,7 @@ two operations is corrected here (users_ecosystem.md §4 lists the defects, in e
 * fp32 -> fp8 casts lose the carry of a round-up: round to nearest even and saturate to the
   largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
 * inline PTX cannot run at all: ogsgen's PTX blocks run by their definitions, in numpy: the packed
-  e2m1 -> bf16 upcast elementwise (its PTX itself is checked on the GPU: test_dequantize_mx_every_code...,
+  e2m1 -> bf16 upcasts (bytes elementwise, hopper-layout words by their bit map) (its PTX itself is checked on the GPU: test_dequantize_mx_every_code...,
   and instruction by instruction on the CPU: test_ptx_upcast.py),
   and the waiting kernels' marker as nothing (it only instructs ogsgen's compile).
 """
@@ -19,7 +19,8 @@ import torch
 import triton.language as tl
 from triton.runtime import interpreter
 
-from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, REQUEST_WGMMA_WAITS
+from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, REQUEST_WGMMA_WAITS
+from ogsgen.numerics.layouts import WORD_BITS
 from ogsgen.numerics.mx import decode_e2m1
 
 _FP8 = {tl.float8e4nv: (torch.float8_e4m3fn, 448.0), tl.float8e5: (torch.float8_e5m2, 57344.0)}
@@ -50,6 +51,21 @@ def _e2m1_bytes_to_bf16(values, factors):
         return _AsmResults([interpreter.TensorHandle(_f32_to_bf16_bits(half * factor), tl.bfloat16) for half in halves])
 
 
+def _e2m1_word_to_bf16(words, row_factors, row8_factors):
+    """E2M1_WORD_TO_BF16 by definition: the word's 8 nibbles (their bits where ogsgen.numerics.layouts.WORD_BITS
+    puts them), register by register and low lane first, times their row's bf16 factor, rounded once."""
+    bits = words.data.astype(np.int64) & 0xFFFFFFFF
+    outputs = []
+    for register, lanes in enumerate(WORD_BITS):
+        factor = _bf16_bits_to_f32((row8_factors if register % 2 else row_factors).data.astype(np.uint32) & 0xFFFF)
+        for positions in lanes:
+            codes = sum(((bits >> position) & 1) << bit for bit, position in enumerate(positions))
+            with np.errstate(over="ignore"):  # products past bf16 range are inf, as on the GPU
+                value = decode_e2m1(torch.from_numpy(codes)).numpy() * factor
+            outputs.append(interpreter.TensorHandle(_f32_to_bf16_bits(value), tl.bfloat16))
+    return _AsmResults(outputs)
+
+
 class _AsmResults(list):
     """What ``tl.inline_asm_elementwise`` reads the outputs of an inline-asm op from."""
 
@@ -62,7 +78,8 @@ def _request_wgmma_waits():
     return _AsmResults([interpreter.TensorHandle(np.zeros(1, np.int32), tl.int32)])
 
 
-_PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16, REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
+_PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16, E2M1_WORD_TO_BF16.value: _e2m1_word_to_bf16,
+                    REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
 
 
 def install() -> None:

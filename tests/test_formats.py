@@ -8,7 +8,7 @@ from ogsgen.codegen import build
 from ogsgen.numerics import (actual_scale_torch, dequantize_mx, dequantize_mx_torch, max_finite, quantize_mx,
                              quantize_mx_torch)
 from ogsgen.numerics.mx import FP8_DTYPES
-from ogsgen.numerics.layouts import SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
+from ogsgen.numerics.layouts import WORD_BITS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from ogsgen.spec import (BF16, FP8_E4M3, FP8_E5M2, FP16, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, Catalog,
                          variant_product)
 from ogsgen.spec.catalog import _expand
@@ -185,25 +185,30 @@ def test_hopper_layout_round_trips_bit_for_bit(shape, device):
     values = torch.randint(0, 256, shape, dtype=torch.uint8, device=device)
     for strided in (values, values.mT.contiguous().mT):                      # N- or K-contiguous input
         swizzled = swizzle_mx_values(strided)
-        k = 2 * shape[-2]
-        assert swizzled.k == k and swizzled.shape == tuple(shape) and swizzled.data.stride(-2) == 1
-        assert swizzled.data.shape[-2] == -(-k // 64) * 32                    # K padded to whole groups
+        k, n = 2 * shape[-2], shape[-1]
+        assert (swizzled.k, swizzled.n) == (k, n) and swizzled.shape == tuple(shape)
+        # N padded to whole 16-column slabs, K to whole 64-row groups of 128 words
+        assert swizzled.data.dtype == torch.int32 and swizzled.data.is_contiguous()
+        assert tuple(swizzled.data.shape) == (*shape[:-2], -(-n // 16), -(-k // 64) * 128)
         assert torch.equal(unswizzle_mx_values(swizzled), values)
 
 
-def test_hopper_layout_puts_each_k_row_where_documented(device):
-    # One column, one 64-row group: code of K row k is k % 16, so every row of a quarter is told apart.
-    k_rows = torch.arange(64, device=device)
-    codes = (k_rows % 16).to(torch.uint8)
-    strided = (codes[0::2] | (codes[1::2] << 4))[:, None]                    # (32, 1): rows 2i, 2i + 1
-    stored = swizzle_mx_values(strided).data[:, 0]
-    for t in range(4):
-        for p in range(2):
-            for h in range(2):
-                for e in range(2):
-                    row = 32 * p + 8 * h + 2 * t + e
-                    byte = int(stored[8 * t + 4 * p + 2 * h + e])
-                    assert (byte & 15, byte >> 4) == (row % 16, (row + 16) % 16), (t, p, h, e)
+def test_hopper_layout_puts_each_value_where_documented(device):
+    # Two slabs and two groups of random codes, read back value by value as the layouts docstring says: (N, K) =
+    # (16 s + 8 q + r, 64 g + 16 j + 8 h + 2 t + lane) is in word (r, t, j) of slab s, group g, with its bits at
+    # WORD_BITS[q + 2 h][lane].
+    n, k = 32, 128
+    codes = torch.randint(0, 16, (n, k), device=device)
+    strided = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8).mT   # (K // 2, N)
+    words = swizzle_mx_values(strided).data.cpu().long() & 0xFFFFFFFF
+    codes = codes.cpu()
+    for column in range(n):
+        s, q, r = column // 16, column // 8 % 2, column % 8
+        for row in range(k):
+            g, j, h, t, lane = row // 64, row // 16 % 4, row // 8 % 2, row // 2 % 4, row % 2
+            word = int(words[s, g * 128 + (r * 4 + t) * 4 + j])
+            stored = sum(((word >> position) & 1) << bit for bit, position in enumerate(WORD_BITS[q + 2 * h][lane]))
+            assert stored == codes[column, row], (column, row)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -232,8 +237,9 @@ def test_hopper_layout_errors(device):
     with pytest.raises(ogsgen.InapplicableConstraint, match="block_k must be a multiple of 64"):
         with ogsgen.opt_flags_constraints(block_k=32):
             matmul_ogs(x, swizzled, None, precision_config=pc)
-    cut = SwizzledMxValues(swizzled.data[:-1], swizzled.k, swizzled.layout, swizzled.capability)
-    with pytest.raises(ogsgen.SpecError, match=r"does not hold K=64 values in the hopper layout \(uint8, \(\.\.\., 32"):
+    cut = SwizzledMxValues(swizzled.data[:, :-1], swizzled.k, swizzled.n, swizzled.layout, swizzled.capability)
+    with pytest.raises(ogsgen.SpecError, match=r"does not hold K=64 x N=32 values in the hopper layout \(int32, "
+                                               r"\(\.\.\., 2, 128\)\)"):
         matmul_ogs(x, cut, None, precision_config=pc)
     with pytest.raises(ogsgen.SpecError, match="values must be packed mxfp4"):
         swizzle_mx_values(values[0].float())
@@ -468,8 +474,8 @@ def test_prepare_expert_weights_round_trips(format, value_layout, layout, gate_u
     else:
         assert_close(dense, back, maxtol=0.07, rmstol=0.05)
     if format in ("fp8e4m3", "mxfp4", "mxfp8e4m3"):
-        values = prepared.w.data if value_layout == "hopper" else prepared.w
-        assert values.stride(-2) == 1  # K-contiguous, as Hopper reads scaled weights
+        if value_layout != "hopper":  # (hopper words are K-contiguous by construction)
+            assert prepared.w.stride(-2) == 1  # K-contiguous, as Hopper reads scaled weights
     if gate_up == "concatenated":  # the matmul sees gate, up, gate, up, ... columns
         assert torch.equal(prepared.bias[:, 0::2], bias[:, : n // 2])
         torch.testing.assert_close(prepared.dequantize()[:, :, 1::2], prepared.dequantize(True).mT[:, :, n // 2:])

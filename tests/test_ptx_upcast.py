@@ -1,5 +1,6 @@
-"""The packed e2m1 -> bf16 upcast's inline PTX (ogsgen.numerics.jit.E2M1_BYTES_TO_BF16X2), executed instruction
-by instruction on the CPU: every byte value times every e8m0 scale against the torch reference.
+"""The packed e2m1 -> bf16 upcasts' inline PTX (ogsgen.numerics.jit.E2M1_BYTES_TO_BF16X2 for strided bytes,
+E2M1_WORD_TO_BF16 for hopper-layout words), executed instruction by instruction on the CPU: every value times every
+e8m0 scale against the torch reference.
 
 Triton's interpreter cannot run inline PTX (the test harness runs the asm's definition instead), so without this
 the PTX itself is only checked on a GPU (test_formats.py's every-code test). This emulates the few instructions
@@ -11,7 +12,8 @@ import re
 import numpy as np
 import torch
 
-from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2
+from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16
+from ogsgen.numerics.layouts import WORD_BITS
 from ogsgen.numerics.mx import decode_e2m1
 
 _MASK = np.uint64(0xFFFFFFFF)
@@ -50,15 +52,25 @@ def run_ptx(ptx: str, registers: dict[str, np.ndarray]) -> dict[str, np.ndarray]
         number = int(operand, 16) if operand.lower().startswith("0x") else int(operand)
         return np.full_like(next(iter(registers.values())), number & 0xFFFFFFFF)
 
-    for statement in ptx.replace("{", "").replace("}", "").split(";"):
+    body = ptx.strip()
+    assert body.startswith("{") and body.endswith("}")
+    for statement in body[1:-1].split(";"):
         statement = statement.strip()
         if not statement or statement.startswith(".reg"):
             continue
         opcode, operands = statement.split(None, 1)
+        unpack = re.fullmatch(r"\{(\S+),\s*(\S+)\}\s*,\s*(\S+)", operands)
+        if opcode == "mov.b32" and unpack:  # a 32-bit register into two 16-bit ones, low half first
+            low, high, source = unpack.groups()
+            regs[low], regs[high] = value(source) & np.uint64(0xFFFF), value(source) >> np.uint64(16)
+            continue
         destination, *sources = [o.strip() for o in operands.split(",")]
         args = [value(s) for s in sources]
         if opcode == "mov.b32":
             result = args[0]
+        elif opcode == "shf.l.wrap.b32":  # funnel shift of (b:a) left, upper word; a == b rotates
+            count = args[2] & np.uint64(31)
+            result = (((args[1] << np.uint64(32)) | args[0]) << count >> np.uint64(32)) & _MASK
         elif opcode == "prmt.b32":
             result = _prmt(args[0], args[1], int(sources[2], 16))
         elif opcode == "shl.b32":
@@ -110,4 +122,40 @@ def test_the_upcast_ptx_gives_every_byte_times_every_scale_exactly():
             mismatch = np.nonzero(got[lane].astype(np.uint16) != want)[0]
             assert mismatch.size == 0, (f"{register} lane {lane}: byte {int(data[byte][mismatch[0]]):#04x} at scale "
                                         f"code {int(code[mismatch[0]])} gives {int(got[lane][mismatch[0]]):#06x}, "
+                                        f"want {int(want[mismatch[0]]):#06x}")
+
+
+def _decoded_times_scale(codes: np.ndarray, scale_codes: np.ndarray) -> np.ndarray:
+    """The reference: e2m1 codes times 2 ** (scale code - 127), rounded once to bf16 (as bits)."""
+    value = decode_e2m1(torch.from_numpy(codes.astype(np.int64)))
+    scale = torch.from_numpy(np.ldexp(1.0, scale_codes.astype(np.int64) - 127))
+    return (value.double() * scale).to(torch.bfloat16).view(torch.int16).numpy().astype(np.uint16)
+
+
+def test_the_word_upcast_ptx_gives_each_value_of_the_layout_times_its_row_scale():
+    # Every nibble value in each of the word's 8 places (the others random), each word against two scale codes
+    # that together cover every code in both factor registers.
+    rng = np.random.default_rng(0)
+    repeats = 255
+    words = rng.integers(0, 2 ** 32, size=(8, 16, repeats), dtype=np.uint64)
+    for place in range(8):
+        positions = WORD_BITS[place // 2][place % 2]
+        for code in range(16):
+            for bit, position in enumerate(positions):
+                words[place, code] &= ~np.uint64(1 << position) & _MASK
+                words[place, code] |= np.uint64(((code >> bit) & 1) << position)
+    words = words.ravel()
+    code_row = np.arange(words.size, dtype=np.uint64) % np.uint64(255)
+    code_row8 = (code_row * np.uint64(7) + np.uint64(3)) % np.uint64(255)
+    factors = [_bf16_factor_bits(c) | (_bf16_factor_bits(c) << np.uint64(16)) for c in (code_row, code_row8)]
+    out = run_ptx(E2M1_WORD_TO_BF16.value, {"$8": words, "$9": factors[0], "$10": factors[1]})
+    for register, lanes in enumerate(WORD_BITS):
+        scale_codes = code_row8 if register % 2 else code_row
+        for lane, positions in enumerate(lanes):
+            codes = sum(((words >> np.uint64(p)) & np.uint64(1)) << np.uint64(bit) for bit, p in enumerate(positions))
+            got = out[f"${2 * register + lane}"].astype(np.uint16)
+            want = _decoded_times_scale(codes, scale_codes)
+            mismatch = np.nonzero(got != want)[0]
+            assert mismatch.size == 0, (f"register {register} lane {lane}: code {int(codes[mismatch[0]])} at scale "
+                                        f"code {int(scale_codes[mismatch[0]])} gives {int(got[mismatch[0]]):#06x}, "
                                         f"want {int(want[mismatch[0]]):#06x}")

@@ -75,7 +75,7 @@ def helpers_used(variant: KernelVariant) -> dict:
 
     helpers = {}
     if variant.w.layout == "hopper":
-        helpers["upcast_mxfp4_hopper_rows"] = jit.upcast_mxfp4_hopper_rows
+        helpers["upcast_mxfp4_hopper_words"] = jit.upcast_mxfp4_hopper_words
     elif variant.w.scaling == "block_e8m0":
         helpers["upcast_mx_rows"] = jit.upcast_mx_rows
     if variant.w.scaling == "block_e8m0":

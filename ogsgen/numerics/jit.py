@@ -124,22 +124,56 @@ def upcast_mx_rows(values, scales, ELEMENT: tl.constexpr, OUT_DTYPE: tl.constexp
     return tl.reshape(w, (ROWS, BLOCKS * 32))
 
 
+# The hopper layout's upcast (ogsgen.numerics.layouts): one 32-bit word ($8) holds a thread's 8 values of a 16 x 16
+# operand block; out come its four bf16x2 registers, unpacked to 8 bf16 ($0..$7: row r, row r + 8, then the same
+# at K + 8; low lane first). Each register is an extraction that puts its nibbles' bits at 15, 8, 7, 6 of both
+# lanes (the e2m1 value times 2**-126, as above), then the same two fmas: times 2**126, times the row's block
+# scale ($9 for row r, $10 for row r + 8, as bf16x2).
+_SCALE_WORD_REGISTER = """fma.rn.bf16x2 v, v, bias, nz;
+fma.rn.bf16x2 v, v, {factor}, nz;
+mov.b32 {{{low}, {high}}}, v;
+"""
+E2M1_WORD_TO_BF16 = tl.constexpr("{\n.reg .b32 v, u, bias, nz;\nmov.b32 bias, 0x7E807E80;\nmov.b32 nz, 0x80008000;\n"
+                                 "shl.b32 v, $8, 6;\nand.b32 v, v, 0x81C081C0;\n"
+                                 + _SCALE_WORD_REGISTER.format(factor="$9", low="$0", high="$1")
+                                 + "shf.l.wrap.b32 v, $8, $8, 12;\nand.b32 v, v, 0x81C081C0;\n"
+                                 + _SCALE_WORD_REGISTER.format(factor="$10", low="$2", high="$3")
+                                 + "shl.b32 v, $8, 2;\nand.b32 v, v, 0x81C081C0;\n"
+                                 + _SCALE_WORD_REGISTER.format(factor="$9", low="$4", high="$5")
+                                 + "shr.b32 v, $8, 8;\nand.b32 v, v, 0x00400040;\nand.b32 u, $8, 0x81808180;\n"
+                                   "or.b32 v, v, u;\n"
+                                 + _SCALE_WORD_REGISTER.format(factor="$10", low="$6", high="$7") + "}")
+
+
 @triton.jit
-def upcast_mxfp4_hopper_rows(values, scales):
+def bf16x2_of_scale(code):
+    """``bf16_of_scale`` in both 16-bit halves of an int32 (a bf16x2 register's bits)."""
+    bits = tl.maximum(tl.minimum(code.to(tl.int32), 254) << 7, 0x40)
+    return bits | (bits << 16)
+
+
+@triton.jit
+def upcast_mxfp4_hopper_words(words, scales):
     """A (R, S) bf16 tile, in K order, of mxfp4 rows stored in the hopper layout (ogsgen.numerics.layouts).
 
-    values: (R, S // 2) bytes, S a multiple of 64; scales: (R, S // 32) e8m0 bytes. Byte 8t + 4p + 2h + e
-    of each 32-byte group holds K rows 32p + 8h + 2t + e (low nibble) and + 16 (high nibble); each 4-byte
-    quarter (one packed upcast) has one scale. The final permute only renames registers when the result
-    feeds a 16-bit MMA's register operand.
+    words: (R // 16, S * 2) int32, S a multiple of 64: per 16-row slab, 128 words per 64 columns in the order
+    (r, t, j); scales: (R, S // 32) e8m0 bytes. The joins and the final permute only rename registers when the
+    result feeds a 16-bit MMA's register operand (a word is one thread's four registers of a 16 x 16 block).
     """
-    ROWS: tl.constexpr = values.shape[0]
-    GROUPS: tl.constexpr = values.shape[1] // 32
-    quarters = tl.reshape(values, (ROWS, GROUPS, 4, 2, 4))                       # [r, g, t, p, (h, e)]
-    factors = tl.reshape(bf16_of_scale(scales), (ROWS, GROUPS, 1, 2, 1))           # [r, g, -, p, -]
-    low, high = e2m1_bytes_to_bf16(quarters, tl.broadcast_to(factors, (ROWS, GROUPS, 4, 2, 4)))
-    w = tl.reshape(tl.join(low, high), (ROWS, GROUPS, 4, 2, 2, 2, 2))             # [r, g, t, p, h, e, n]
-    return tl.reshape(tl.permute(w, (0, 1, 3, 6, 4, 2, 5)), (ROWS, GROUPS * 64))  # [r, g, p, n, h, t, e]
+    SLABS: tl.constexpr = words.shape[0]
+    GROUPS: tl.constexpr = words.shape[1] // 128
+    words = tl.reshape(words, (SLABS, GROUPS, 8, 4, 4))                                   # [s, g, r, t, j]
+    factors = tl.reshape(bf16x2_of_scale(scales), (SLABS, 2, 8, GROUPS, 2))              # [s, q, r, g, jh]
+    factors = tl.reshape(tl.permute(factors, (0, 3, 2, 4, 1)), (SLABS, GROUPS, 8, 1, 2, 1, 2))
+    factors = tl.reshape(tl.broadcast_to(factors, (SLABS, GROUPS, 8, 4, 2, 2, 2)), (SLABS, GROUPS, 8, 4, 4, 2))
+    row_factors, row8_factors = tl.split(factors)                                        # [s, g, r, t, j]
+    v = tl.inline_asm_elementwise(E2M1_WORD_TO_BF16, constraints="=h,=h,=h,=h,=h,=h,=h,=h,r,r,r",
+                                  args=[words, row_factors, row8_factors], dtype=(tl.bfloat16,) * 8, is_pure=True,
+                                  pack=1)
+    w = tl.join(tl.join(tl.join(v[0], v[1]), tl.join(v[2], v[3])),
+                tl.join(tl.join(v[4], v[5]), tl.join(v[6], v[7])))                      # [s, g, r, t, j, lane, q, h]
+    w = tl.permute(w, (0, 6, 2, 1, 4, 7, 3, 5))                                          # [s, q, r, g, j, h, t, lane]
+    return tl.reshape(w, (SLABS * 16, GROUPS * 64))
 
 
 # A kernel that must run each wgmma to completion before its next instruction (an MX kernel's WAIT_MMA) carries

@@ -4,18 +4,17 @@
 K rows 2i (low nibble) and 2i + 1 (high nibble).
 
 ``hopper`` serves the kernels' in-register upcast on GPUs whose 16-bit MMAs take the first operand from
-registers (Hopper's wgmma; Ampere's mma.sync shares the fragment). Of every 16 K rows such an operand
-fragment gives a thread the rows 2t, 2t+1, 2t+8, 2t+9 (t = lane % 4). The layout stores K contiguously,
-pads K to a multiple of 64, and rearranges each column's 64-row groups (32 bytes) so that
+registers (Hopper's wgmma; Ampere's mma.sync shares the fragment). The kernels multiply W^T tiles, N along
+rows. Of each 16 x 16 block of such an operand, a thread holds rows r and r + 8 (r = lane // 4) at K columns
+2t, 2t + 1, 2t + 8, 2t + 9 (t = lane % 4), in four bf16x2 registers:
+(r, 2t..2t+1), (r + 8, 2t..2t+1), (r, 2t+8..2t+9), (r + 8, 2t+8..2t+9). The layout stores those 8 values as one
+32-bit word whose bits are arranged so that each register is a shift, a mask and two bf16x2 multiplies away
+(``ogsgen.numerics.jit.E2M1_WORD_TO_BF16``), with no byte permutes.
 
-* a thread's rows of a group are 8 adjacent bytes: one 8-byte load, no byte gathers;
-* the packed upcast (4 bytes -> 4 bf16x2 registers, low nibbles then high nibbles) emits registers
-  already in fragment order, with no permutes.
-
-Byte ``8t + 4p + 2h + e`` of a group holds K row ``32p + 8h + 2t + e`` in its low nibble and that row
-plus 16 in its high nibble. Each 4-byte quarter lies in one 32-row scale block, so scales keep their
-strided layout. The layout does not depend on the kernel's warp count or tile shape (beyond K tiles
-being whole groups).
+Words are int32 ``(..., ceil(N / 16), K_padded * 2)``: per 16-column slab of N, K padded to whole 64-row groups,
+and per group 128 words in the order (r, t, j), j the group's 16-row block: a thread's words of a group are 16
+adjacent bytes, one vector load. Scales keep their strided layout (a word never crosses a 32-row scale block).
+The layout does not depend on the kernel's warp count or tile shape, beyond tiles of whole slabs and groups.
 """
 from __future__ import annotations
 
@@ -25,32 +24,51 @@ import torch
 
 from ..errors import SpecError
 
-HOPPER_GROUP = 64          # K rows per rearranged group
+HOPPER_GROUP = 64          # K rows per group of words
+HOPPER_SLAB = 16           # N columns per slab of words
 VALUE_LAYOUTS = ("strided", "hopper")
-# K row within a group = 32p + 16n + 8h + 2t + e; the stored byte order is (t, p, h, e), nibble n.
-_LOGICAL_AXES = ("p", "n", "h", "t", "e")
-_STORED_AXES = ("t", "p", "h", "e", "n")
-_TO_STORED = tuple(_LOGICAL_AXES.index(a) for a in _STORED_AXES)
-_TO_LOGICAL = tuple(_STORED_AXES.index(a) for a in _LOGICAL_AXES)
+
+# Where each e2m1 bit of a word's 8 values lies: WORD_BITS[register][lane][bit], bit 3 the sign, 2..1 the
+# exponent, 0 the mantissa. The upcast puts a nibble's bits at 15, 8, 7, 6 of its bf16 lane (sign, then the
+# exponent's low bits and the top mantissa bit) with these extractions, register by register:
+#   0: (word << 6) & 0x81C081C0      1: rotate_left(word, 12) & 0x81C081C0      2: (word << 2) & 0x81C081C0
+#   3: (word & 0x81808180) | ((word >> 8) & 0x00400040)
+# (four plain shift-and-mask extractions cannot tile a 32-bit word, hence the rotate and the split last one).
+_BF16_POSITION = (6, 7, 8, 15)   # of nibble bits 0..3 within a bf16
+
+
+def _source_bit(register: int, destination: int) -> int:
+    if register == 0:
+        return destination - 6
+    if register == 1:
+        return (destination - 12) % 32
+    if register == 2:
+        return destination - 2
+    return destination + 8 if destination % 16 == 6 else destination
+
+
+WORD_BITS = tuple(tuple(tuple(_source_bit(register, 16 * lane + position) for position in _BF16_POSITION)
+                        for lane in (0, 1)) for register in range(4))
 
 
 @dataclass(frozen=True)
 class SwizzledMxValues:
     """mxfp4 weight values in a swizzled layout: pass it as ``matmul_ogs``'s ``w``.
 
-    ``data``: uint8 (..., K_padded // 2, N), K contiguous; ``k``: the logical K; ``capability``: the
-    compute capability of the GPU the layout was produced for (``matmul_ogs`` refuses another).
-    Made by :func:`swizzle_mx_values`; :func:`unswizzle_mx_values` gives the strided values back.
+    ``data``: int32 words (..., ceil(N / 16), K_padded * 2); ``k``, ``n``: the logical K and N;
+    ``capability``: the compute capability of the GPU the layout was produced for (``matmul_ogs`` refuses
+    another). Made by :func:`swizzle_mx_values`; :func:`unswizzle_mx_values` gives the strided values back.
     """
     data: torch.Tensor
     k: int
+    n: int
     layout: str
     capability: tuple[int, int]
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The strided tensor's shape: (..., K // 2, N)."""
-        return (*self.data.shape[:-2], self.k // 2, self.data.shape[-1])
+        return (*self.data.shape[:-2], self.k // 2, self.n)
 
     @property
     def ndim(self) -> int:
@@ -67,6 +85,19 @@ def _default_capability(device: torch.device) -> tuple[int, int]:
     return (9, 0)
 
 
+def _codes_by_word(codes: torch.Tensor) -> torch.Tensor:
+    """(..., N_padded, K_padded) e2m1 codes -> (..., slabs, groups, r, t, j, register, lane): a word's 8 values
+    on its last two axes (register = row half + 2 * K half, as in the operand fragment)."""
+    n_padded, k_padded = codes.shape[-2:]
+    batch = codes.shape[:-2]
+    # N = 16 s + 8 q + r; K = 64 g + 16 j + 8 h + 2 t + lane
+    split = codes.reshape(*batch, n_padded // HOPPER_SLAB, 2, 8, k_padded // HOPPER_GROUP, 4, 2, 4, 2)
+    b = len(batch)
+    s, q, r, g, j, h, t, lane = (b + i for i in range(8))
+    ordered = split.permute(*range(b), s, g, r, t, j, h, q, lane)
+    return ordered.reshape(*ordered.shape[:-3], 4, 2)
+
+
 def swizzle_mx_values(values: torch.Tensor, layout: str = "hopper", capability=None) -> SwizzledMxValues:
     """Strided mxfp4 values (..., K // 2, N) uint8 -> the same values in ``layout``.
 
@@ -81,28 +112,44 @@ def swizzle_mx_values(values: torch.Tensor, layout: str = "hopper", capability=N
     if capability[0] < 8:
         raise SpecError(f"the hopper layout serves 16-bit MMAs with a register operand (compute capability 8.0 "
                         f"and newer); capability {capability} has none: keep the strided values")
-    k = 2 * values.shape[-2]
-    k_padded = -(-k // HOPPER_GROUP) * HOPPER_GROUP
-    columns = values.mT                                            # (..., N, K // 2)
-    columns = torch.nn.functional.pad(columns, (0, (k_padded - k) // 2))
-    codes = torch.stack([columns & 15, columns >> 4], dim=-1)       # (..., N, K_padded // 2, 2): K order
-    groups = codes.reshape(*columns.shape[:-1], k_padded // HOPPER_GROUP, 2, 2, 2, 4, 2)
-    batch = groups.ndim - 5
-    stored = groups.permute(*range(batch), *(batch + a for a in _TO_STORED))
-    stored = stored.reshape(*columns.shape[:-1], k_padded // 2, 2)
-    data = (stored[..., 0] | (stored[..., 1] << 4)).contiguous().mT
-    return SwizzledMxValues(data, k, layout, capability)
+    k, n = 2 * values.shape[-2], values.shape[-1]
+    batch = values.shape[:-2]
+    flat = values.reshape(-1, *values.shape[-2:])
+    data = torch.empty(flat.shape[0], -(-n // HOPPER_SLAB), -(-k // HOPPER_GROUP) * 128, dtype=torch.int32,
+                       device=values.device)
+    for index, matrix in enumerate(flat):  # one matrix (expert) at a time bounds the temporaries
+        columns = matrix.mT                                                          # (N, K // 2)
+        codes = torch.stack([columns & 15, columns >> 4], dim=-1).flatten(-2).to(torch.int32)   # (N, K)
+        by_word = _codes_by_word(torch.nn.functional.pad(codes, (0, -k % HOPPER_GROUP, 0, -n % HOPPER_SLAB)))
+        words = torch.zeros(by_word.shape[:-2], dtype=torch.int32, device=values.device)
+        for register in range(4):
+            for lane in range(2):
+                for bit, position in enumerate(WORD_BITS[register][lane]):
+                    words |= ((by_word[..., register, lane] >> bit) & 1) << position   # bit 31 wraps to the sign
+        data[index] = words.reshape(words.shape[0], -1)
+    data = data.reshape(*batch, *data.shape[1:])
+    return SwizzledMxValues(data, k, n, layout, capability)
 
 
 def unswizzle_mx_values(w: SwizzledMxValues) -> torch.Tensor:
     """The exact inverse of :func:`swizzle_mx_values`: strided (..., K // 2, N) uint8 values."""
     if not isinstance(w, SwizzledMxValues):
         raise SpecError(f"w must be a SwizzledMxValues (from swizzle_mx_values), got {type(w).__name__}")
-    columns = w.data.mT                                            # (..., N, K_padded // 2)
-    k_padded = 2 * columns.shape[-1]
-    codes = torch.stack([columns & 15, columns >> 4], dim=-1)
-    groups = codes.reshape(*columns.shape[:-1], k_padded // HOPPER_GROUP, 4, 2, 2, 2, 2)
-    batch = groups.ndim - 5
-    logical = groups.permute(*range(batch), *(batch + a for a in _TO_LOGICAL))
-    logical = logical.reshape(*columns.shape[:-1], k_padded // 2, 2)[..., : w.k // 2, :]
-    return (logical[..., 0] | (logical[..., 1] << 4)).mT
+    slabs, words_per_slab = w.data.shape[-2:]
+    batch = w.data.shape[:-2]
+    flat = w.data.reshape(-1, slabs, words_per_slab)
+    values = torch.empty(flat.shape[0], w.n, w.k // 2, dtype=torch.uint8, device=w.data.device)
+    for index, matrix in enumerate(flat):  # one matrix (expert) at a time bounds the temporaries
+        words = matrix.reshape(slabs, words_per_slab // 128, 8, 4, 4)             # (s, g, r, t, j)
+        codes = torch.empty(*words.shape, 4, 2, dtype=torch.uint8, device=words.device)
+        for register in range(4):
+            for lane in range(2):
+                code = torch.zeros(words.shape, dtype=torch.int32, device=words.device)
+                for bit, position in enumerate(WORD_BITS[register][lane]):
+                    code |= ((words >> position) & 1) << bit
+                codes[..., register, lane] = code
+        # back from (s, g, r, t, j, h, q, lane) to (s, q, r, g, j, h, t, lane): (N, K)
+        codes = codes.reshape(*words.shape, 2, 2, 2).permute(0, 6, 2, 1, 4, 5, 3, 7)
+        codes = codes.reshape(slabs * HOPPER_SLAB, -1)[: w.n, : w.k]
+        values[index] = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return values.reshape(*batch, w.n, w.k // 2).mT

@@ -14,7 +14,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ..codegen.render import ARG_PREFIX
 from ..errors import SpecError, UnsupportedError
 from ..moe.metadata import make_ragged_tensor_metadata
-from ..numerics.layouts import HOPPER_GROUP, SwizzledMxValues
+from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan
@@ -106,11 +106,11 @@ def _reinterpret(tensor, flex_dtype, name):
 def _unwrap_swizzled(w, x):
     """(values tensor, its format, logical K) of a swizzled ``w``; checks it is whole and made for x's GPU."""
     data = w.data
-    if w.layout != "hopper" or not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 \
-            or data.ndim not in (2, 3) or data.shape[-2] != _cdiv(w.k, HOPPER_GROUP) * HOPPER_GROUP // 2:
-        raise SpecError(f"w is a SwizzledMxValues whose data does not hold K={w.k} values in the hopper layout "
-                        f"(uint8, (..., {_cdiv(w.k, HOPPER_GROUP) * HOPPER_GROUP // 2}, N)); make it with "
-                        f"ogsgen.swizzle_mx_values")
+    words = (_cdiv(w.n, HOPPER_SLAB), _cdiv(w.k, HOPPER_GROUP) * HOPPER_GROUP * 2)
+    if w.layout != "hopper" or not isinstance(data, torch.Tensor) or data.dtype != torch.int32 \
+            or data.ndim not in (2, 3) or tuple(data.shape[-2:]) != words:
+        raise SpecError(f"w is a SwizzledMxValues whose data does not hold K={w.k} x N={w.n} values in the hopper "
+                        f"layout (int32, (..., {words[0]}, {words[1]})); make it with ogsgen.swizzle_mx_values")
     if x.is_cuda:
         capability = torch.cuda.get_device_capability(x.device)
         if capability[0] != w.capability[0]:
@@ -463,8 +463,10 @@ def _has_wgmma(x: torch.Tensor) -> bool:
 def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, split_k: int):
     """Operand arguments and grid of the one-program-per-tile kernel: pointers and strides."""
     x, w = call.x, call.w
+    # Hopper-layout words are (..., N slabs, K words): their K stride is the last.
+    stride_w_k, stride_w_n = (w.stride(-1), w.stride(-2)) if variant.w.layout == "hopper" else w.stride()[-2:]
     args = dict(X=x, stride_x_m=x.stride(-2), stride_x_k=x.stride(-1),
-                W=w, stride_w_b=w.stride(0) if w.ndim == 3 else 0, stride_w_k=w.stride(-2), stride_w_n=w.stride(-1),
+                W=w, stride_w_b=w.stride(0) if w.ndim == 3 else 0, stride_w_k=stride_w_k, stride_w_n=stride_w_n,
                 EVEN_K=call.k % flags.block_k == 0)
     if variant.can_split_k:
         args.update(split_k=split_k, stride_y_s=out.stride(0) if split_k > 1 else 0)
@@ -597,6 +599,7 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         w = _reinterpret(w, pc.flex_ctx.rhs_data.dtype, "w")
     x = _reinterpret(x, pc.flex_ctx.lhs_data.dtype, "x")
     x_fmt, w_fmt, y_fmt, k = _operand_formats(x, w, pc)
+    w_shape, n = tuple(w.shape), w.shape[-1]  # logical (..., K, N), also of swizzled values
     w = w.data if isinstance(w, SwizzledMxValues) else w
     batched = x.ndim == 3
     ragged = routing_data is not None and routing_data.expt_hist is not None
@@ -621,11 +624,11 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     else:
         m = out_rows = x.shape[-2]
     out_dtype = y_fmt.torch_dtype
-    batch, n = (x.shape[0] if batched else 1), w.shape[-1]
+    batch = x.shape[0] if batched else 1
     if x.shape[-1] != k:
         packed = " (packed mxfp4: 2 values per byte)" if w_fmt.element == "e2m1" else ""
         raise SpecError(f"x has K={x.shape[-1]} columns but w has {k} rows{packed} "
-                        f"(w is (..., K, N) = {tuple(w.shape)})")
+                        f"(w is (..., K, N) = {w_shape})")
     _check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n)
     reduction_n = act.specs.reduction_n
     if n % reduction_n:

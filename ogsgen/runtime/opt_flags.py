@@ -239,6 +239,9 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if w_mx_layout == "hopper" and flags.block_k % 64:
         return (f"block_k={flags.block_k}: hopper-layout mxfp4 weights come in groups of 64 rows of K, so block_k "
                 f"must be a multiple of 64")
+    if w_mx_layout == "hopper" and flags.block_n % 16:
+        return (f"block_n={flags.block_n}: hopper-layout mxfp4 weights come in slabs of 16 columns of N, so block_n "
+                f"must be a multiple of 16")
     if w_mx_layout is not None and flags.block_k % 32:
         return (f"block_k={flags.block_k}: mx weights carry one scale per 32 rows of K, so block_k must be a "
                 f"multiple of 32")
