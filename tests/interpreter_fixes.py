@@ -10,7 +10,7 @@ two operations is corrected here (users_ecosystem.md §4 lists the defects, in e
 * fp32 -> fp8 casts lose the carry of a round-up: round to nearest even and saturate to the
   largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
 * inline PTX cannot run at all: ogsgen's PTX blocks run by their definitions, in numpy: the packed
-  e2m1 -> bf16 upcasts (bytes elementwise, hopper-layout words by their bit map) (its PTX itself is checked on the GPU: test_dequantize_mx_every_code...,
+  e2m1 -> bf16 upcasts (bytes elementwise, hopper-layout words by their bit map), the e8m0 -> bf16x2 scale (its PTX itself is checked on the GPU: test_dequantize_mx_every_code...,
   and instruction by instruction on the CPU: test_ptx_upcast.py),
   and the waiting kernels' marker as nothing (it only instructs ogsgen's compile).
 """
@@ -19,7 +19,7 @@ import torch
 import triton.language as tl
 from triton.runtime import interpreter
 
-from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, REQUEST_WGMMA_WAITS
+from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E8M0_TO_BF16X2, REQUEST_WGMMA_WAITS
 from ogsgen.numerics.layouts import WORD_BITS
 from ogsgen.numerics.mx import decode_e2m1
 
@@ -66,6 +66,13 @@ def _e2m1_word_to_bf16(words, row_factors, row8_factors):
     return _AsmResults(outputs)
 
 
+def _e8m0_to_bf16x2(codes):
+    """E8M0_TO_BF16X2 by definition: 2 ** (code - 127) as bf16 bits (code 0 the subnormal 2 ** -127, 255 read as
+    254) in both halves of an int32."""
+    bits = np.maximum(np.minimum(codes.data.astype(np.int64), 254) << 7, 0x40)
+    return _AsmResults([interpreter.TensorHandle((bits | (bits << 16)).astype(np.uint32).view(np.int32), tl.int32)])
+
+
 class _AsmResults(list):
     """What ``tl.inline_asm_elementwise`` reads the outputs of an inline-asm op from."""
 
@@ -79,7 +86,7 @@ def _request_wgmma_waits():
 
 
 _PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16, E2M1_WORD_TO_BF16.value: _e2m1_word_to_bf16,
-                    REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
+                    E8M0_TO_BF16X2.value: _e8m0_to_bf16x2, REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
 
 
 def install() -> None:

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import torch
 
-from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16
+from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E8M0_TO_BF16X2
 from ogsgen.numerics.layouts import WORD_BITS
 from ogsgen.numerics.mx import decode_e2m1
 
@@ -73,6 +73,13 @@ def run_ptx(ptx: str, registers: dict[str, np.ndarray]) -> dict[str, np.ndarray]
             result = (((args[1] << np.uint64(32)) | args[0]) << count >> np.uint64(32)) & _MASK
         elif opcode == "prmt.b32":
             result = _prmt(args[0], args[1], int(sources[2], 16))
+        elif opcode == "mul.lo.u32":
+            result = (args[0] * args[1]) & _MASK
+        elif opcode in ("min.u16x2", "max.u16x2"):
+            pick = np.minimum if opcode == "min.u16x2" else np.maximum
+            halves = [pick((args[0] >> np.uint64(s)) & np.uint64(0xFFFF), (args[1] >> np.uint64(s)) & np.uint64(0xFFFF))
+                      for s in (0, 16)]
+            result = halves[0] | (halves[1] << np.uint64(16))
         elif opcode == "shl.b32":
             result = (args[0] << args[1]) & _MASK
         elif opcode == "shr.b32":  # .b32: a logical shift
@@ -159,3 +166,12 @@ def test_the_word_upcast_ptx_gives_each_value_of_the_layout_times_its_row_scale(
             assert mismatch.size == 0, (f"register {register} lane {lane}: code {int(codes[mismatch[0]])} at scale "
                                         f"code {int(scale_codes[mismatch[0]])} gives {int(got[mismatch[0]]):#06x}, "
                                         f"want {int(want[mismatch[0]]):#06x}")
+
+
+def test_the_scale_ptx_gives_each_code_as_bf16_in_both_halves():
+    codes = np.arange(256, dtype=np.uint64)
+    out = run_ptx(E8M0_TO_BF16X2.value, {"$1": codes})["$0"]
+    want = _bf16_factor_bits(codes)  # code 255 is read as 254, as bf16_of_scale does
+    assert np.array_equal(out, want | (want << np.uint64(16)))
+    lanes = torch.from_numpy((out & np.uint64(0xFFFF)).astype(np.int16)).view(torch.bfloat16).double()
+    assert torch.equal(lanes[1:255], torch.from_numpy(np.ldexp(1.0, np.arange(1, 255) - 127)))

@@ -314,35 +314,31 @@ def test_a_waiting_kernel_with_the_hazard_is_an_error(monkeypatch, device):
         _mx_call(device, hopper=False)()
 
 
-def test_hopper_mx_flags_carry_fallback_tiles_unless_the_tile_is_asked_for():
+def test_hopper_mx_flags_wait_rather_than_fall_back_unless_fallback_tiles_are_asked_for():
     from dataclasses import asdict
     from ogsgen.runtime.opt_flags import make_opt_flags
 
     def flags(rows, constraints=()):  # gpt-oss w1 shape, hopper-layout mxfp4, 128 experts, H200
         return make_opt_flags(2, 1, rows * 128, 5760, 2880, 1, 128, rows, True, 132, "hopper",
                               constraints=constraints)
-    # 16 and 64 rows: the tile's own waiting kernel is the fastest replacement; 128 rows: a clean tile, then
-    # that tile waiting.
-    assert flags(8).fallback_tiles == flags(64).fallback_tiles == ()
-    assert flags(128).fallback_tiles == ((256, 128, 8, 4, False), (256, 128, 8, 4, True))
-    assert make_opt_flags(2, 1, 128 * 128, 5760, 2880, 1, 128, 128, True, 132, "strided").fallback_tiles == ()
-    assert flags(128, (("num_stages", 4),)).fallback_tiles == ()
+    # Measured with the word layout: each heuristic tile's own waiting kernel beats the clean tiles tried.
+    assert flags(8).fallback_tiles == flags(64).fallback_tiles == flags(256).fallback_tiles == ()
+    assert (flags(256).block_m, flags(256).block_n) == (64, 256)  # 64-row tiles from 64 rows per expert up
+    asked = ((256, 128, 8, 4, False), (256, 128, 8, 4, True))
+    assert flags(128, (("fallback_tiles", asked),)).fallback_tiles == asked
     with pytest.raises(ogsgen.InapplicableConstraint, match=r"fallback tile \(128, 32, 8, 3, False\): block_k=32: "
                                                             r"hopper-layout mxfp4 weights come in groups of 64"):
         flags(8, (("fallback_tiles", ((128, 32, 8, 3, False),)),))
-    # Heuristic fallback tiles the operands cannot take are dropped, not an error: an mx output of an activation
-    # folding 16 columns needs 32 * 16 = 512-wide tiles, so the 256-wide fallbacks go.
-    mx_out = make_opt_flags(2, 1, 128 * 128, 5760, 2880, 16, 128, 128, True, 132, "hopper", y_mx=True)
-    assert (mx_out.block_n, mx_out.fallback_tiles) == (512, ())
-    # A bitwise-invariant call keeps one tile's arithmetic for every shape: no fallback tiles (waiting only).
-    assert make_opt_flags(2, 1, 128 * 128, 5760, 2880, 1, 128, 128, True, 132, "hopper",
-                          bitwise_invariant=True).fallback_tiles == ()
-    # Warm-up reproduces a call's flags as constraints: all of them, so the fallback tiles stay.
-    assert flags(128, tuple(sorted(asdict(flags(128)).items()))) == flags(128)
+    with pytest.raises(ogsgen.InapplicableConstraint, match="fallback tile would change it; drop fallback_tiles"):
+        make_opt_flags(2, 1, 128 * 128, 5760, 2880, 1, 128, 128, True, 132, "hopper", bitwise_invariant=True,
+                       constraints=(("fallback_tiles", asked),))
+    # Warm-up reproduces a call's flags as constraints: all of them, so asked-for fallback tiles stay.
+    with_fallback = flags(128, (("fallback_tiles", asked),))
+    assert flags(128, tuple(sorted(asdict(with_fallback).items()))) == with_fallback
 
 
-def test_a_tile_asked_for_has_no_fallback_tiles(monkeypatch, device):
-    # Constraints on the tile drop the heuristic's fallback: the tile asked for runs, or its waiting kernel.
+def test_a_hazardous_tile_asked_for_runs_its_waiting_kernel(monkeypatch, device):
+    # No fallback tiles asked for: the tile asked for runs, or its waiting kernel.
     launches = _simulate_hopper(monkeypatch, lambda args, options: None if args["WAIT_MMA"] else _hazard())
     with ogsgen.opt_flags_constraints(num_warps=4), pytest.warns(RuntimeWarning):
         _mx_call(device, hopper=True)()

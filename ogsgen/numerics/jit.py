@@ -145,11 +145,17 @@ E2M1_WORD_TO_BF16 = tl.constexpr("{\n.reg .b32 v, u, bias, nz;\nmov.b32 bias, 0x
                                  + _SCALE_WORD_REGISTER.format(factor="$10", low="$6", high="$7") + "}")
 
 
+# bf16_of_scale in both halves of a bf16x2 register, from an e8m0 code ($1, zero-extended): the code shifted into
+# both exponent fields by one multiply, then the two clamps on both halves at once.
+E8M0_TO_BF16X2 = tl.constexpr("{\n.reg .b32 top, bottom;\nmov.b32 top, 0x7F007F00;\nmov.b32 bottom, 0x00400040;\n"
+                              "mul.lo.u32 $0, $1, 0x00800080;\nmin.u16x2 $0, $0, top;\nmax.u16x2 $0, $0, bottom;\n}")
+
+
 @triton.jit
 def bf16x2_of_scale(code):
     """``bf16_of_scale`` in both 16-bit halves of an int32 (a bf16x2 register's bits)."""
-    bits = tl.maximum(tl.minimum(code.to(tl.int32), 254) << 7, 0x40)
-    return bits | (bits << 16)
+    return tl.inline_asm_elementwise(E8M0_TO_BF16X2, constraints="=r,r", args=[code.to(tl.int32)], dtype=tl.int32,
+                                     is_pure=True, pack=1)
 
 
 @triton.jit

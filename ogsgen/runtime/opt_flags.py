@@ -47,8 +47,6 @@ CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
 _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
 _BOOLEAN_KEYS = ("persistent", "wait_mma")
 _FALLBACK_TILE_KEYS = ("block_n", "block_k", "num_warps", "num_stages", "wait_mma")
-# Constraints that choose the tile: the heuristic's fallback tiles are dropped unless they are constrained too.
-_TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "persistent", "wait_mma")
 _constraints: contextvars.ContextVar[tuple] = contextvars.ContextVar("ogsgen_opt_flags_constraints", default=())
 
 
@@ -109,7 +107,6 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
                can_persist) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
-    fallback_tiles = ()
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32.
     block_k = max(16, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
@@ -138,27 +135,20 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
             # DeepSeek-V3 w1 9081 -> 8039 us, copy included.
             return OptFlags(128, 256, 64, group_m=8, num_warps=8, num_stages=3, persistent=True)
     if w_mx_layout == "hopper":
-        # Whole 64-row K groups per tile; the upcast W feeds the MMA from registers (sm_90 SASS, also with two
-        # 64-row W^T tiles per warpgroup as in the 16-row tile). Measured on the H200 (bench/probes/tile_sweep.py
-        # --format mxfp4, bench/NOTES.md): 16-row tiles want K tiles of 128 with one warpgroup; 128-row tiles
-        # 256-wide W tiles over four warpgroups.
-        # Where Triton 3.6's binaries of these tiles have ptxas's wgmma register hazard, the fallback tiles below
-        # are tried, in order, before the tile's own waiting kernel (bench/probes/offline_sm90_check.py says which
-        # binaries are clean). Waiting kernels wait for each wgmma in their PTX and keep W in registers; on the
-        # H200 they beat every clean tile tried except at 128 rows (bench/results/2026-12-01e-probes):
-        # - 16 rows: the 4-warp tile waiting is 0-6% faster than the clean 8-warp tile (gpt-oss w2 T=256 306
-        #   against 324 us, in one run);
-        # - 64 rows (T=2048): waiting beats the clean 64x128x128 tiles by 7-16% (gpt-oss w1 1257 against 1484);
-        # - 128 rows (T=8192): 256x128/8 warps/4 stages is clean for gpt-oss w1 (3451 us; 3510 waiting) and
-        #   fastest waiting for gpt-oss w2 (1954 against 2089 for its clean 16-warp tile) and DeepSeek-V3 w1
-        #   (10060 against 12818 for its own tile waiting).
+        # Whole 64-row K groups and 16-column N slabs per tile; the upcast W feeds the MMA from registers (sm_90
+        # SASS). Where Triton 3.6's binary of a tile has ptxas's wgmma register hazard, its waiting kernel runs
+        # (it waits for each wgmma in its PTX and keeps W in registers; ogsgen.runtime.wgmma_hazards).
+        # Measured on the H200 with the word layout (bench/probes/tile_sweep.py --format mxfp4,
+        # bench/results/2026-12-01g-probes):
+        # - 16 rows: 16x128x128/4 warps/3 stages is within 2% of the best tile on gpt-oss w1 T=8 and w1/w2
+        #   T=256; 16x256x128/8 warps is 10% faster on gpt-oss w2 T=8 but 33-49% slower on w1.
+        # - 64 and more rows: 64x256x64/8 warps/3 stages (waiting) beats 64x128x64/8/4 by 15-17% at T=2048
+        #   (gpt-oss w1 1270 -> 1056 us, w2 678 -> 575) and every 128-row tile at T=8192 (w1 2984 us against
+        #   3087-3712, w2 1597 against 1793-2506); rows beyond 64 per expert take more row tiles.
         if block_m <= 32:
             block_n, block_k, num_warps, num_stages = 128, 128, 4, 3
-        elif block_m == 64:
-            block_n, block_k, num_warps, num_stages = 128, 64, 8, 4
         else:
-            block_n, block_k, num_warps, num_stages = 256, 64, 16, 3
-            fallback_tiles = ((256, 128, 8, 4, False), (256, 128, 8, 4, True))
+            block_m, block_n, block_k, num_warps, num_stages = 64, 256, 64, 8, 3
     split_k = 1
     tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n)
     k_tiles = triton.cdiv(k, block_k)
@@ -166,7 +156,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     if can_split and n_sms and 2 * tiles <= n_sms and k_tiles >= 16:
         split_k = max(1, min(n_sms // tiles, k_tiles // 8, 8))
     return OptFlags(block_m, block_n, block_k, group_m=8, num_warps=num_warps, num_stages=num_stages,
-                    split_k=split_k, fallback_tiles=fallback_tiles)
+                    split_k=split_k)
 
 
 @lru_cache(maxsize=1024)
@@ -196,21 +186,16 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if y_mx:  # each output tile holds whole 32-column scale blocks
         flags = replace(flags, block_n=max(flags.block_n, 32 * reduction_n))
     constrained = dict(constraints)
-    if "fallback_tiles" not in constrained and (bitwise_invariant or any(key in constrained for key in _TILE_KEYS)):
-        # A tile asked for is the tile run (or its waiting kernel, which computes the same); so is the tile of a
-        # bitwise-invariant call, whose arithmetic must not change with the shape.
-        flags = replace(flags, fallback_tiles=())
     flags = replace(flags, **constrained)
     operands = (itemsize, reduction_n, w_mx_layout, y_mx)
     if (problem := _tile_problem(flags, *operands)) is not None:
         raise InapplicableConstraint(problem)
-    if "fallback_tiles" in constrained:
-        for tile in flags.fallback_tiles:
-            if (problem := _tile_problem(flags.fallback(tile), *operands)) is not None:
-                raise InapplicableConstraint(f"fallback tile {tile}: {problem}")
-    else:  # the heuristic's fallback tiles are kept where these operands allow them
-        flags = replace(flags, fallback_tiles=tuple(
-            tile for tile in flags.fallback_tiles if _tile_problem(flags.fallback(tile), *operands) is None))
+    for tile in flags.fallback_tiles:  # only ever asked for: the heuristic's tiles wait instead
+        if (problem := _tile_problem(flags.fallback(tile), *operands)) is not None:
+            raise InapplicableConstraint(f"fallback tile {tile}: {problem}")
+    if bitwise_invariant and flags.fallback_tiles:
+        raise InapplicableConstraint("precision_config.enforce_bitwise_invariance keeps one tile's arithmetic for "
+                                     "every shape, and a fallback tile would change it; drop fallback_tiles")
     if bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1):
         raise InapplicableConstraint("precision_config.enforce_bitwise_invariance fixes block_m=128 and split_k=1; "
                                      "drop the conflicting opt_flags_constraints")
