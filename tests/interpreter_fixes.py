@@ -19,7 +19,7 @@ import torch
 import triton.language as tl
 from triton.runtime import interpreter
 
-from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E8M0_TO_BF16X2, REQUEST_WGMMA_WAITS
+from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E8M0_PAIR_TO_BF16X2, REQUEST_WGMMA_WAITS
 from ogsgen.numerics.layouts import WORD_BITS
 from ogsgen.numerics.mx import decode_e2m1
 
@@ -51,13 +51,15 @@ def _e2m1_bytes_to_bf16(values, factors):
         return _AsmResults([interpreter.TensorHandle(_f32_to_bf16_bits(half * factor), tl.bfloat16) for half in halves])
 
 
-def _e2m1_word_to_bf16(words, row_factors, row8_factors):
+def _e2m1_word_to_bf16(words, factors):
     """E2M1_WORD_TO_BF16 by definition: the word's 8 nibbles (their bits where ogsgen.numerics.layouts.WORD_BITS
-    puts them), register by register and low lane first, times their row's bf16 factor, rounded once."""
+    puts them), register by register and low lane first, times their row's bf16 factor (row r's in the low half
+    of ``factors``, row r + 8's in the high half), rounded once."""
     bits = words.data.astype(np.int64) & 0xFFFFFFFF
+    pair = factors.data.astype(np.int64) & 0xFFFFFFFF
     outputs = []
     for register, lanes in enumerate(WORD_BITS):
-        factor = _bf16_bits_to_f32((row8_factors if register % 2 else row_factors).data.astype(np.uint32) & 0xFFFF)
+        factor = _bf16_bits_to_f32((pair >> (16 * (register % 2))) & 0xFFFF)
         for positions in lanes:
             codes = sum(((bits >> position) & 1) << bit for bit, position in enumerate(positions))
             with np.errstate(over="ignore"):  # products past bf16 range are inf, as on the GPU
@@ -66,11 +68,13 @@ def _e2m1_word_to_bf16(words, row_factors, row8_factors):
     return _AsmResults(outputs)
 
 
-def _e8m0_to_bf16x2(codes):
-    """E8M0_TO_BF16X2 by definition: 2 ** (code - 127) as bf16 bits (code 0 the subnormal 2 ** -127, 255 read as
-    254) in both halves of an int32."""
-    bits = np.maximum(np.minimum(codes.data.astype(np.int64), 254) << 7, 0x40)
-    return _AsmResults([interpreter.TensorHandle((bits | (bits << 16)).astype(np.uint32).view(np.int32), tl.int32)])
+def _e8m0_pair_to_bf16x2(pairs):
+    """E8M0_PAIR_TO_BF16X2 by definition: for the e8m0 code in each 16-bit half, 2 ** (code - 127) as bf16 bits
+    (code 0 the subnormal 2 ** -127, 255 read as 254)."""
+    codes = pairs.data.astype(np.int64)
+    halves = [np.maximum(np.minimum((codes >> shift) & 0xFFFF, 254) << 7, 0x40) for shift in (0, 16)]
+    word = (halves[0] | (halves[1] << 16)).astype(np.uint32).view(np.int32)
+    return _AsmResults([interpreter.TensorHandle(word, tl.int32)])
 
 
 class _AsmResults(list):
@@ -86,7 +90,7 @@ def _request_wgmma_waits():
 
 
 _PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16, E2M1_WORD_TO_BF16.value: _e2m1_word_to_bf16,
-                    E8M0_TO_BF16X2.value: _e8m0_to_bf16x2, REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
+                    E8M0_PAIR_TO_BF16X2.value: _e8m0_pair_to_bf16x2, REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
 
 
 def install() -> None:

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import torch
 
-from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E8M0_TO_BF16X2
+from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E8M0_PAIR_TO_BF16X2
 from ogsgen.numerics.layouts import WORD_BITS
 from ogsgen.numerics.mx import decode_e2m1
 
@@ -63,6 +63,11 @@ def run_ptx(ptx: str, registers: dict[str, np.ndarray]) -> dict[str, np.ndarray]
         if opcode == "mov.b32" and unpack:  # a 32-bit register into two 16-bit ones, low half first
             low, high, source = unpack.groups()
             regs[low], regs[high] = value(source) & np.uint64(0xFFFF), value(source) >> np.uint64(16)
+            continue
+        pack = re.fullmatch(r"(\S+)\s*,\s*\{(\S+),\s*(\S+)\}", operands)
+        if opcode == "mov.b32" and pack:  # two 16-bit registers into a 32-bit one, the first in the low half
+            destination, low, high = pack.groups()
+            regs[destination] = value(low) | (value(high) << np.uint64(16))
             continue
         destination, *sources = [o.strip() for o in operands.split(",")]
         args = [value(s) for s in sources]
@@ -141,7 +146,7 @@ def _decoded_times_scale(codes: np.ndarray, scale_codes: np.ndarray) -> np.ndarr
 
 def test_the_word_upcast_ptx_gives_each_value_of_the_layout_times_its_row_scale():
     # Every nibble value in each of the word's 8 places (the others random), each word against two scale codes
-    # that together cover every code in both factor registers.
+    # (row r's and row r + 8's, in the halves of one register) that together cover every code in both.
     rng = np.random.default_rng(0)
     repeats = 255
     words = rng.integers(0, 2 ** 32, size=(8, 16, repeats), dtype=np.uint64)
@@ -154,8 +159,8 @@ def test_the_word_upcast_ptx_gives_each_value_of_the_layout_times_its_row_scale(
     words = words.ravel()
     code_row = np.arange(words.size, dtype=np.uint64) % np.uint64(255)
     code_row8 = (code_row * np.uint64(7) + np.uint64(3)) % np.uint64(255)
-    factors = [_bf16_factor_bits(c) | (_bf16_factor_bits(c) << np.uint64(16)) for c in (code_row, code_row8)]
-    out = run_ptx(E2M1_WORD_TO_BF16.value, {"$8": words, "$9": factors[0], "$10": factors[1]})
+    factors = _bf16_factor_bits(code_row) | (_bf16_factor_bits(code_row8) << np.uint64(16))
+    out = run_ptx(E2M1_WORD_TO_BF16.value, {"$8": words, "$9": factors})
     for register, lanes in enumerate(WORD_BITS):
         scale_codes = code_row8 if register % 2 else code_row
         for lane, positions in enumerate(lanes):
@@ -168,10 +173,11 @@ def test_the_word_upcast_ptx_gives_each_value_of_the_layout_times_its_row_scale(
                                         f"want {int(want[mismatch[0]]):#06x}")
 
 
-def test_the_scale_ptx_gives_each_code_as_bf16_in_both_halves():
+def test_the_scale_ptx_gives_each_code_of_a_pair_as_bf16():
     codes = np.arange(256, dtype=np.uint64)
-    out = run_ptx(E8M0_TO_BF16X2.value, {"$1": codes})["$0"]
-    want = _bf16_factor_bits(codes)  # code 255 is read as 254, as bf16_of_scale does
-    assert np.array_equal(out, want | (want << np.uint64(16)))
+    others = (codes * np.uint64(37) + np.uint64(11)) % np.uint64(256)       # every code in the high half too
+    out = run_ptx(E8M0_PAIR_TO_BF16X2.value, {"$1": codes | (others << np.uint64(16))})["$0"]
+    assert np.array_equal(out, _bf16_factor_bits(codes) | (_bf16_factor_bits(others) << np.uint64(16)))
     lanes = torch.from_numpy((out & np.uint64(0xFFFF)).astype(np.int16)).view(torch.bfloat16).double()
     assert torch.equal(lanes[1:255], torch.from_numpy(np.ldexp(1.0, np.arange(1, 255) - 127)))
+    assert lanes[0] == 2.0 ** -127 and lanes[255] == 2.0 ** 127  # the subnormal, and 255 read as 254

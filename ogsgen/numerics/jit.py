@@ -128,33 +128,38 @@ def upcast_mx_rows(values, scales, ELEMENT: tl.constexpr, OUT_DTYPE: tl.constexp
 # operand block; out come its four bf16x2 registers, unpacked to 8 bf16 ($0..$7: row r, row r + 8, then the same
 # at K + 8; low lane first). Each register is an extraction that puts its nibbles' bits at 15, 8, 7, 6 of both
 # lanes (the e2m1 value times 2**-126, as above), then the same two fmas: times 2**126, times the row's block
-# scale ($9 for row r, $10 for row r + 8, as bf16x2).
+# scale. $9 holds the two rows' scales as bf16 (row r low, row r + 8 high); each fma reads one of them in both
+# lanes (sm_90's fmas select halves of an operand for free).
 _SCALE_WORD_REGISTER = """fma.rn.bf16x2 v, v, bias, nz;
 fma.rn.bf16x2 v, v, {factor}, nz;
 mov.b32 {{{low}, {high}}}, v;
 """
-E2M1_WORD_TO_BF16 = tl.constexpr("{\n.reg .b32 v, u, bias, nz;\nmov.b32 bias, 0x7E807E80;\nmov.b32 nz, 0x80008000;\n"
+E2M1_WORD_TO_BF16 = tl.constexpr("{\n.reg .b32 v, u, bias, nz, row, row8;\n.reg .b16 scale, scale8;\n"
+                                 "mov.b32 bias, 0x7E807E80;\nmov.b32 nz, 0x80008000;\n"
+                                 "mov.b32 {scale, scale8}, $9;\nmov.b32 row, {scale, scale};\n"
+                                 "mov.b32 row8, {scale8, scale8};\n"
                                  "shl.b32 v, $8, 6;\nand.b32 v, v, 0x81C081C0;\n"
-                                 + _SCALE_WORD_REGISTER.format(factor="$9", low="$0", high="$1")
+                                 + _SCALE_WORD_REGISTER.format(factor="row", low="$0", high="$1")
                                  + "shf.l.wrap.b32 v, $8, $8, 12;\nand.b32 v, v, 0x81C081C0;\n"
-                                 + _SCALE_WORD_REGISTER.format(factor="$10", low="$2", high="$3")
+                                 + _SCALE_WORD_REGISTER.format(factor="row8", low="$2", high="$3")
                                  + "shl.b32 v, $8, 2;\nand.b32 v, v, 0x81C081C0;\n"
-                                 + _SCALE_WORD_REGISTER.format(factor="$9", low="$4", high="$5")
+                                 + _SCALE_WORD_REGISTER.format(factor="row", low="$4", high="$5")
                                  + "shr.b32 v, $8, 8;\nand.b32 v, v, 0x00400040;\nand.b32 u, $8, 0x81808180;\n"
                                    "or.b32 v, v, u;\n"
-                                 + _SCALE_WORD_REGISTER.format(factor="$10", low="$6", high="$7") + "}")
+                                 + _SCALE_WORD_REGISTER.format(factor="row8", low="$6", high="$7") + "}")
 
-
-# bf16_of_scale in both halves of a bf16x2 register, from an e8m0 code ($1, zero-extended): the code shifted into
-# both exponent fields by one multiply, then the two clamps on both halves at once.
-E8M0_TO_BF16X2 = tl.constexpr("{\n.reg .b32 top, bottom;\nmov.b32 top, 0x7F007F00;\nmov.b32 bottom, 0x00400040;\n"
-                              "mul.lo.u32 $0, $1, 0x00800080;\nmin.u16x2 $0, $0, top;\nmax.u16x2 $0, $0, bottom;\n}")
+# bf16_of_scale of two e8m0 codes at once ($1: one code in each 16-bit half): both shifted into their exponent
+# fields, then the two clamps on both halves.
+E8M0_PAIR_TO_BF16X2 = tl.constexpr("{\n.reg .b32 top, bottom;\nmov.b32 top, 0x7F007F00;\n"
+                                   "mov.b32 bottom, 0x00400040;\nshl.b32 $0, $1, 7;\nmin.u16x2 $0, $0, top;\n"
+                                   "max.u16x2 $0, $0, bottom;\n}")
 
 
 @triton.jit
-def bf16x2_of_scale(code):
-    """``bf16_of_scale`` in both 16-bit halves of an int32 (a bf16x2 register's bits)."""
-    return tl.inline_asm_elementwise(E8M0_TO_BF16X2, constraints="=r,r", args=[code.to(tl.int32)], dtype=tl.int32,
+def bf16_pair_of_scales(low_code, high_code):
+    """``bf16_of_scale`` of two e8m0 codes as one bf16x2 register's bits (int32), low_code's in the low half."""
+    pair = low_code.to(tl.int32) | (high_code.to(tl.int32) << 16)
+    return tl.inline_asm_elementwise(E8M0_PAIR_TO_BF16X2, constraints="=r,r", args=[pair], dtype=tl.int32,
                                      is_pure=True, pack=1)
 
 
@@ -169,13 +174,12 @@ def upcast_mxfp4_hopper_words(words, scales):
     SLABS: tl.constexpr = words.shape[0]
     GROUPS: tl.constexpr = words.shape[1] // 128
     words = tl.reshape(words, (SLABS, GROUPS, 8, 4, 4))                                   # [s, g, r, t, j]
-    factors = tl.reshape(bf16x2_of_scale(scales), (SLABS, 2, 8, GROUPS, 2))              # [s, q, r, g, jh]
-    factors = tl.reshape(tl.permute(factors, (0, 3, 2, 4, 1)), (SLABS, GROUPS, 8, 1, 2, 1, 2))
-    factors = tl.reshape(tl.broadcast_to(factors, (SLABS, GROUPS, 8, 4, 2, 2, 2)), (SLABS, GROUPS, 8, 4, 4, 2))
-    row_factors, row8_factors = tl.split(factors)                                        # [s, g, r, t, j]
-    v = tl.inline_asm_elementwise(E2M1_WORD_TO_BF16, constraints="=h,=h,=h,=h,=h,=h,=h,=h,r,r,r",
-                                  args=[words, row_factors, row8_factors], dtype=(tl.bfloat16,) * 8, is_pure=True,
-                                  pack=1)
+    codes = tl.permute(tl.reshape(scales, (SLABS, 2, 8, GROUPS, 2)), (0, 3, 2, 4, 1))    # [s, g, r, jh, q]
+    factors = bf16_pair_of_scales(*tl.split(codes))                                      # [s, g, r, jh]
+    factors = tl.broadcast_to(tl.reshape(factors, (SLABS, GROUPS, 8, 1, 2, 1)), (SLABS, GROUPS, 8, 4, 2, 2))
+    v = tl.inline_asm_elementwise(E2M1_WORD_TO_BF16, constraints="=h,=h,=h,=h,=h,=h,=h,=h,r,r",
+                                  args=[words, tl.reshape(factors, (SLABS, GROUPS, 8, 4, 4))],
+                                  dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
     w = tl.join(tl.join(tl.join(v[0], v[1]), tl.join(v[2], v[3])),
                 tl.join(tl.join(v[4], v[5]), tl.join(v[6], v[7])))                      # [s, g, r, t, j, lane, q, h]
     w = tl.permute(w, (0, 6, 2, 1, 4, 7, 3, 5))                                          # [s, q, r, g, j, h, t, lane]
