@@ -8,22 +8,22 @@ import triton.language as tl
 
 # The packed e2m1 -> bf16 upcast, elementwise per byte: (low nibble, high nibble) times the byte's factor.
 # Per 32-bit lane: 4 packed e2m1 bytes in ($4), two bf16x2 of low nibbles ($0, $1) and two of high nibbles
-# ($2, $3) out. A byte pair is spread to the low bytes of the two 16-bit halves (prmt); shifts and one mask
-# put each nibble's sign at bit 15 and its exponent and mantissa bits at 8..6, which reads as the e2m1 value
-# times 2**-126. Two bf16x2 fmas with a -0 addend follow: times 2**126 (exact), then times the block scale
-# (the only rounding, as in the reference). $5 and $6 hold the scales of bytes (0, 1) and (2, 3).
+# ($2, $3) out. A byte pair is spread to the high bytes of the two 16-bit halves (prmt); shifts and masks put
+# each nibble's sign at bit 15 and its exponent and mantissa bits at 8..6 (the high nibble's sign is there
+# already), which reads as the e2m1 value times 2**-126. Two bf16x2 fmas with a -0 addend follow: times 2**126
+# (exact), then times the block scale (the only rounding, as in the reference). $5 and $6 hold the scales of
+# bytes (0, 1) and (2, 3).
 def _byte_pair_ptx(selector: str, low: str, high: str, factors: str) -> str:
     return f"""prmt.b32 pair, $4, 0, {selector};
-shl.b32 a, pair, 6;
-shl.b32 b, pair, 12;
+shr.b32 a, pair, 2;
+shl.b32 b, pair, 4;
 or.b32 a, a, b;
 and.b32 a, a, 0x81C081C0;
 fma.rn.bf16x2 a, a, bias, nz;
 fma.rn.bf16x2 {low}, a, {factors}, nz;
-shl.b32 a, pair, 2;
+shr.b32 a, pair, 6;
 and.b32 a, a, 0x01C001C0;
-shl.b32 b, pair, 8;
-and.b32 b, b, 0x80008000;
+and.b32 b, pair, 0x80008000;
 or.b32 a, a, b;
 fma.rn.bf16x2 a, a, bias, nz;
 fma.rn.bf16x2 {high}, a, {factors}, nz;
@@ -31,8 +31,8 @@ fma.rn.bf16x2 {high}, a, {factors}, nz;
 
 
 E2M1_BYTES_TO_BF16X2 = tl.constexpr("{\n.reg .b32 pair, a, b, bias, nz;\nmov.b32 bias, 0x7E807E80;\n"
-                                    "mov.b32 nz, 0x80008000;\n" + _byte_pair_ptx("0x4140", "$0", "$2", "$5")
-                                    + _byte_pair_ptx("0x4342", "$1", "$3", "$6") + "}")
+                                    "mov.b32 nz, 0x80008000;\n" + _byte_pair_ptx("0x1404", "$0", "$2", "$5")
+                                    + _byte_pair_ptx("0x3424", "$1", "$3", "$6") + "}")
 
 
 @triton.jit
