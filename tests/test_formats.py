@@ -211,6 +211,26 @@ def test_hopper_layout_puts_each_value_where_documented(device):
             assert stored == codes[column, row], (column, row)
 
 
+def test_hopper_layout_matmul_reads_every_code_at_every_scale_exactly(device):
+    """x = I makes y = W: through the hopper layout's upcast and the MMA, each of the 256 x N values comes back as
+    the reference decodes it, bit for bit (fp32 output of one nonzero product per sum). Every e2m1 code sits in
+    every 32-row block, blocks take every scale code up to 252 (above, 6 times the scale overflows bf16 and the
+    identity's zeros would make NaN of it; the PTX emulation in test_ptx_upcast.py covers codes 253-255), and the
+    8 codes of a word differ (so that a swapped place fails)."""
+    k, n = 256, 512 if device == "cuda" else 128
+    rows = torch.arange(k, device=device)[:, None]
+    columns = torch.arange(n, device=device)[None, :]
+    codes = (rows * 5 + columns * 3 + rows // 16) % 16                       # (K, N), every code per block
+    values = (codes[0::2] | (codes[1::2] << 4)).to(torch.uint8)               # (K // 2, N): strided
+    scales = ((columns * (k // 32) + torch.arange(k // 32, device=device)[:, None]) % 253).to(torch.uint8)
+    x = torch.eye(k, device=device, dtype=torch.bfloat16)
+    y = matmul_ogs(x, swizzle_mx_values(values), None,
+                   precision_config=PrecisionConfig(weight_scale=scales, out_dtype=torch.float32))
+    want = dequantize_mx_torch(values.mT, scales.mT, "e2m1").mT.float()      # (K, N)
+    same = y == want
+    assert bool(same.all()), f"first mismatch at (k, n) = {same.logical_not().nonzero()[0].tolist()}"
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_dense_mxfp4_in_the_hopper_layout(bias, device):
     """K = 96 is a group and a half: the kernel's K tail reads the padded group."""
