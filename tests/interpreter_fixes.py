@@ -10,9 +10,10 @@ two operations is corrected here (users_ecosystem.md §4 lists the defects, in e
 * fp32 -> fp8 casts lose the carry of a round-up: round to nearest even and saturate to the
   largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
 * inline PTX cannot run at all: ogsgen's PTX blocks run by their definitions, in numpy: the packed
-  e2m1 -> bf16 upcasts (bytes elementwise, hopper-layout words by their bit map), the e8m0 -> bf16x2 scale (its PTX itself is checked on the GPU: test_dequantize_mx_every_code...,
-  and instruction by instruction on the CPU: test_ptx_upcast.py),
-  and the waiting kernels' marker as nothing (it only instructs ogsgen's compile).
+  e2m1 -> bf16 upcasts (bytes elementwise, hopper-layout words by their bit map) and the e8m0 scale pairs
+  (their PTX itself is checked on the GPU by test_formats.py's every-code tests, and instruction by
+  instruction on the CPU by test_ptx_upcast.py), and the waiting kernels' marker as nothing (it only
+  instructs ogsgen's compile).
 """
 import numpy as np
 import torch

@@ -85,17 +85,39 @@ def _default_capability(device: torch.device) -> tuple[int, int]:
     return (9, 0)
 
 
-def _codes_by_word(codes: torch.Tensor) -> torch.Tensor:
-    """(..., N_padded, K_padded) e2m1 codes -> (..., slabs, groups, r, t, j, register, lane): a word's 8 values
-    on its last two axes (register = row half + 2 * K half, as in the operand fragment)."""
-    n_padded, k_padded = codes.shape[-2:]
-    batch = codes.shape[:-2]
-    # N = 16 s + 8 q + r; K = 64 g + 16 j + 8 h + 2 t + lane
-    split = codes.reshape(*batch, n_padded // HOPPER_SLAB, 2, 8, k_padded // HOPPER_GROUP, 4, 2, 4, 2)
-    b = len(batch)
-    s, q, r, g, j, h, t, lane = (b + i for i in range(8))
-    ordered = split.permute(*range(b), s, g, r, t, j, h, q, lane)
-    return ordered.reshape(*ordered.shape[:-3], 4, 2)
+# A value at (N, K) = (16 s + 8 q + r, 64 g + 16 j + 8 h + 2 t + lane) lies in word (r, t, j) of slab s, group g,
+# in register q + 2 h of the fragment: (s, q, r, g, j, h, t, lane) in value order, (s, g, r, t, j, h, q, lane) in
+# stored order.
+_TO_STORED = (0, 3, 2, 6, 4, 5, 1, 7)
+_TO_VALUES = (0, 6, 2, 1, 4, 5, 3, 7)
+
+
+def _words_of_codes(codes: torch.Tensor) -> torch.Tensor:
+    """(N_padded, K_padded) e2m1 codes (int32) -> their words (slabs, groups * 128) int32."""
+    n_padded, k_padded = codes.shape
+    split = codes.reshape(n_padded // HOPPER_SLAB, 2, 8, k_padded // HOPPER_GROUP, 4, 2, 4, 2)
+    by_word = split.permute(*_TO_STORED).reshape(n_padded // HOPPER_SLAB, k_padded // HOPPER_GROUP, 8, 4, 4, 4, 2)
+    words = torch.zeros(by_word.shape[:-2], dtype=torch.int32, device=codes.device)
+    for register in range(4):
+        for lane in range(2):
+            for bit, position in enumerate(WORD_BITS[register][lane]):
+                words |= ((by_word[..., register, lane] >> bit) & 1) << position   # bit 31 wraps to the sign
+    return words.reshape(words.shape[0], -1)
+
+
+def _codes_of_words(words: torch.Tensor) -> torch.Tensor:
+    """The inverse of ``_words_of_codes``: (slabs, groups * 128) int32 -> (N_padded, K_padded) e2m1 codes."""
+    slabs, groups = words.shape[0], words.shape[1] // 128
+    words = words.reshape(slabs, groups, 8, 4, 4)                                   # (s, g, r, t, j)
+    by_word = torch.empty(*words.shape, 4, 2, dtype=torch.int32, device=words.device)
+    for register in range(4):
+        for lane in range(2):
+            code = torch.zeros(words.shape, dtype=torch.int32, device=words.device)
+            for bit, position in enumerate(WORD_BITS[register][lane]):
+                code |= ((words >> position) & 1) << bit
+            by_word[..., register, lane] = code
+    codes = by_word.reshape(*words.shape, 2, 2, 2).permute(*_TO_VALUES)
+    return codes.reshape(slabs * HOPPER_SLAB, groups * HOPPER_GROUP)
 
 
 def swizzle_mx_values(values: torch.Tensor, layout: str = "hopper", capability=None) -> SwizzledMxValues:
@@ -120,13 +142,7 @@ def swizzle_mx_values(values: torch.Tensor, layout: str = "hopper", capability=N
     for index, matrix in enumerate(flat):  # one matrix (expert) at a time bounds the temporaries
         columns = matrix.mT                                                          # (N, K // 2)
         codes = torch.stack([columns & 15, columns >> 4], dim=-1).flatten(-2).to(torch.int32)   # (N, K)
-        by_word = _codes_by_word(torch.nn.functional.pad(codes, (0, -k % HOPPER_GROUP, 0, -n % HOPPER_SLAB)))
-        words = torch.zeros(by_word.shape[:-2], dtype=torch.int32, device=values.device)
-        for register in range(4):
-            for lane in range(2):
-                for bit, position in enumerate(WORD_BITS[register][lane]):
-                    words |= ((by_word[..., register, lane] >> bit) & 1) << position   # bit 31 wraps to the sign
-        data[index] = words.reshape(words.shape[0], -1)
+        data[index] = _words_of_codes(torch.nn.functional.pad(codes, (0, -k % HOPPER_GROUP, 0, -n % HOPPER_SLAB)))
     data = data.reshape(*batch, *data.shape[1:])
     return SwizzledMxValues(data, k, n, layout, capability)
 
@@ -140,16 +156,6 @@ def unswizzle_mx_values(w: SwizzledMxValues) -> torch.Tensor:
     flat = w.data.reshape(-1, slabs, words_per_slab)
     values = torch.empty(flat.shape[0], w.n, w.k // 2, dtype=torch.uint8, device=w.data.device)
     for index, matrix in enumerate(flat):  # one matrix (expert) at a time bounds the temporaries
-        words = matrix.reshape(slabs, words_per_slab // 128, 8, 4, 4)             # (s, g, r, t, j)
-        codes = torch.empty(*words.shape, 4, 2, dtype=torch.uint8, device=words.device)
-        for register in range(4):
-            for lane in range(2):
-                code = torch.zeros(words.shape, dtype=torch.int32, device=words.device)
-                for bit, position in enumerate(WORD_BITS[register][lane]):
-                    code |= ((words >> position) & 1) << bit
-                codes[..., register, lane] = code
-        # back from (s, g, r, t, j, h, q, lane) to (s, q, r, g, j, h, t, lane): (N, K)
-        codes = codes.reshape(*words.shape, 2, 2, 2).permute(0, 6, 2, 1, 4, 5, 3, 7)
-        codes = codes.reshape(slabs * HOPPER_SLAB, -1)[: w.n, : w.k]
-        values[index] = codes[:, 0::2] | (codes[:, 1::2] << 4)
+        codes = _codes_of_words(matrix)[: w.n, : w.k]                             # (N, K)
+        values[index] = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
     return values.reshape(*batch, w.n, w.k // 2).mT
