@@ -15,7 +15,7 @@ PROVENANCE = {
     'functions': {},
     'helpers': {
         'request_wgmma_waits': 'e1346c903be90d27eff44d9f73816aaaf9453cce4f70e55f12f736403cfd389d',
-        'upcast_mx_rows': '3b9ff57fa24a2685c693de81a5fd7f57bc4be00a3dafba482ddceede06c134b4',
+        'upcast_mx_rows': '82ce2ba931ba27ee21af5985607c9aebf2d594c266d95a4723dd1fb1eaeeb977',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_matmul_ogs.py.jinja',

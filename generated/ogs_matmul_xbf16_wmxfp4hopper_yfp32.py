@@ -15,7 +15,7 @@ PROVENANCE = {
     'functions': {},
     'helpers': {
         'request_wgmma_waits': 'e1346c903be90d27eff44d9f73816aaaf9453cce4f70e55f12f736403cfd389d',
-        'upcast_mxfp4_hopper_words': '243adc8020008f41bd3c748c6fa4982446ff3f12471d340a047c5ff2eb4d25c0',
+        'upcast_mxfp4_hopper_words': 'c9f49d8d4fbfcc71a310d21468521905282f5e964014f2e7c384334aeba4da39',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_matmul_ogs.py.jinja',

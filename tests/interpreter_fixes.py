@@ -10,17 +10,17 @@ two operations is corrected here (users_ecosystem.md §4 lists the defects, in e
 * fp32 -> fp8 casts lose the carry of a round-up: round to nearest even and saturate to the
   largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
 * inline PTX cannot run at all: ogsgen's PTX blocks run by their definitions, in numpy: the packed
-  e2m1 -> bf16 upcasts (bytes elementwise, hopper-layout words by their bit map) and the e8m0 scale pairs
-  (their PTX itself is checked on the GPU by test_formats.py's every-code tests, and instruction by
-  instruction on the CPU by test_ptx_upcast.py), and the waiting kernels' marker as nothing (it only
-  instructs ogsgen's compile).
+  e2m1 -> bf16 upcasts (bytes elementwise, hopper-layout words by their bit map; their PTX itself is
+  checked on the GPU by test_formats.py's every-code tests, and instruction by instruction on the CPU by
+  test_ptx_upcast.py), and the waiting kernels' marker as nothing (it only instructs ogsgen's compile).
+  Helpers with an sm_90-only PTX path (cuda_capability_geq) take their portable path here.
 """
 import numpy as np
 import torch
 import triton.language as tl
 from triton.runtime import interpreter
 
-from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E8M0_PAIR_TO_BF16X2, REQUEST_WGMMA_WAITS
+from ogsgen.numerics.jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, REQUEST_WGMMA_WAITS
 from ogsgen.numerics.layouts import WORD_BITS
 from ogsgen.numerics.mx import decode_e2m1
 
@@ -69,15 +69,6 @@ def _e2m1_word_to_bf16(words, factors):
     return _AsmResults(outputs)
 
 
-def _e8m0_pair_to_bf16x2(pairs):
-    """E8M0_PAIR_TO_BF16X2 by definition: for the e8m0 code in each 16-bit half, 2 ** (code - 127) as bf16 bits
-    (code 0 the subnormal 2 ** -127, 255 read as 254)."""
-    codes = pairs.data.astype(np.int64)
-    halves = [np.maximum(np.minimum((codes >> shift) & 0xFFFF, 254) << 7, 0x40) for shift in (0, 16)]
-    word = (halves[0] | (halves[1] << 16)).astype(np.uint32).view(np.int32)
-    return _AsmResults([interpreter.TensorHandle(word, tl.int32)])
-
-
 class _AsmResults(list):
     """What ``tl.inline_asm_elementwise`` reads the outputs of an inline-asm op from."""
 
@@ -91,7 +82,7 @@ def _request_wgmma_waits():
 
 
 _PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16, E2M1_WORD_TO_BF16.value: _e2m1_word_to_bf16,
-                    E8M0_PAIR_TO_BF16X2.value: _e8m0_pair_to_bf16x2, REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
+                    REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
 
 
 def install() -> None:

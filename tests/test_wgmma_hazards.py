@@ -52,14 +52,16 @@ def test_retired_wgmmas_and_other_registers_are_not_hazards():
     assert len(find_hazards(sass.replace("IADD3 R92, P0, R4, 0x10, RZ", "LDS.128 R88, [R2+0x10]"))) == 1
 
 
-def _compile_for_sm90(name: str, tile, wait_mma: bool, waiting_compile: bool = True):
-    """An offline sm_90 compile of a generated MX kernel with Triton's own ptxas (no GPU needed)."""
+def _compile_offline(name: str, tile, wait_mma: bool, waiting_compile: bool = True, arch: int = 90):
+    """An offline compile of a generated MX kernel for sm_<arch> with Triton's own ptxas (no GPU needed)."""
     import triton
     from triton.backends.compiler import GPUTarget
+    from ogsgen.numerics.jit import compiling_for
     from ogsgen.runtime import loader
     kernel = loader.kernel_for(DEFAULT[name])
-    pointers = dict(Y="*bf16", X="*bf16", W="*u8", WMxScale="*u8", Bias="*fp32", SliceSizes="*i32",
-                    SliceOffs="*i32", BlockSchedule="*i32", GatherIndx="*i32")
+    pointers = dict(Y="*bf16", X="*bf16", W="*i32" if DEFAULT[name].w.layout == "hopper" else "*u8",
+                    WMxScale="*u8", Bias="*fp32", SliceSizes="*i32", SliceOffs="*i32", BlockSchedule="*i32",
+                    GatherIndx="*i32")
     signature = {arg: pointers.get(arg, "i32") for arg in kernel.arg_names}
     signature.update(out_alpha="fp32", act_alpha="fp32", act_limit="fp32")
     constants = dict(stride_x_k=1, stride_w_k=1, stride_wmx_k=1, stride_y_n=1, GROUP_M=8, EVEN_K=True,
@@ -70,9 +72,10 @@ def _compile_for_sm90(name: str, tile, wait_mma: bool, waiting_compile: bool = T
     aligned = {(names.index(a),): [["tt.divisibility", 16]] for a, kind in signature.items()
                if kind.startswith("*") or (a.startswith("stride") and a not in constants)}
     source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=aligned)
-    with wgmma_hazards.waiting_for_each_wgmma_compiles() if waiting_compile else contextlib.nullcontext():
-        return triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=tile[3], num_stages=tile[4]))
+    target = GPUTarget("cuda", arch, 32)
+    with wgmma_hazards.waiting_for_each_wgmma_compiles() if waiting_compile else contextlib.nullcontext(), \
+            compiling_for(target):
+        return triton.compile(source, target=target, options=dict(num_warps=tile[3], num_stages=tile[4]))
 
 
 def _ptxas_version():
@@ -89,30 +92,56 @@ def hazards_in_sm90_compiles() -> str:
     tile = (128, 256, 64, 16, 3)
     result = {"ptxas": _ptxas_version()}
     for wait_mma in (False, True):
-        sass = wgmma_hazards.sass_of(_compile_for_sm90(HOPPER_SWIGLU, tile, wait_mma).asm["cubin"])
+        sass = wgmma_hazards.sass_of(_compile_offline(HOPPER_SWIGLU, tile, wait_mma).asm["cubin"])
         result[str(wait_mma)] = [len(re.findall(r"HGMMA\.\S+\s+R\d+,\s*R\d+,", sass)), len(find_hazards(sass)),
                                  sorted(set(re.findall(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*(0x[0-9a-f]+)", sass)))]
     from triton import knobs
     with tempfile.TemporaryDirectory() as empty, knobs.cache.scope():
         knobs.cache.dir = empty  # Triton < 3.7 would return the waiting compile's binary from its cache
         try:
-            _compile_for_sm90(HOPPER_SWIGLU, tile, True, waiting_compile=False)
+            _compile_offline(HOPPER_SWIGLU, tile, True, waiting_compile=False)
             result["unhooked"] = "compiled"
         except Exception as exc:  # Triton wraps ptxas's failure in its own exception types
             result["unhooked"] = str(exc)
     return json.dumps(result)
 
 
-def test_wait_mma_removes_the_hazard_from_a_real_sm90_binary():
-    # gpt-oss w1 mxfp4 at its large-batch tile: ptxas 12.8 (Triton 3.6) overwrites A registers in flight (found
-    # by the check, and wrong on the H200: bench/probes/mx_tile_check.py); with wait_mma the binary is clean.
+def compile_errors_before_hopper() -> str:
+    """JSON {arch: "compiled" or the error} of the hopper-layout kernel at its decode tile for Ampere and Ada,
+    whose PTX has no packed 16-bit min and max (the sm_90 scale path would not assemble there)."""
+    result = {}
+    for arch in (80, 89):
+        try:
+            _compile_offline(HOPPER_SWIGLU, (16, 128, 128, 4, 3), False, arch=arch)
+            result[arch] = "compiled"
+        except Exception as exc:  # Triton wraps ptxas's failure in its own exception types
+            result[arch] = str(exc)[-2000:]
+    return json.dumps(result)
+
+
+def _run_offline(function: str) -> dict:
+    """Run ``function`` of this module in a process without TRITON_INTERPRET (the interpreter replaces
+    @triton.jit) and with an empty Triton cache (a binary cached by a compile that saw another target would
+    be returned for the same key); its JSON result."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     # The tests folder and the repository root: a relative PYTHONPATH entry would resolve against cwd=HERE.
     path = os.pathsep.join([str(HERE), str(HERE.parent), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-c", "import test_wgmma_hazards as t; print(t.hazards_in_sm90_compiles())"],
-                          cwd=HERE, env=dict(env, PYTHONPATH=path), capture_output=True, text=True, timeout=600)
+    with tempfile.TemporaryDirectory() as cache:
+        done = subprocess.run([sys.executable, "-c", f"import test_wgmma_hazards as t; print(t.{function}())"],
+                              cwd=HERE, env=dict(env, PYTHONPATH=path, TRITON_CACHE_DIR=cache), capture_output=True,
+                              text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_hopper_layout_kernel_compiles_for_ampere_and_ada():
+    assert _run_offline("compile_errors_before_hopper") == {"80": "compiled", "89": "compiled"}
+
+
+def test_wait_mma_removes_the_hazard_from_a_real_sm90_binary():
+    # gpt-oss w1 mxfp4 at its large-batch tile: ptxas 12.8 (Triton 3.6) overwrites A registers in flight (found
+    # by the check, and wrong on the H200: bench/probes/mx_tile_check.py); with wait_mma the binary is clean.
+    result = _run_offline("hazards_in_sm90_compiles")
     rs_hgmmas, hazards, waits = result["True"]
     assert rs_hgmmas >= 4 and hazards == 0  # register-sourced wgmmas, none overwritten in flight
     assert waits == ["0x0"]  # each wgmma waited for: nothing in flight

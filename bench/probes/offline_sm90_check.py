@@ -11,6 +11,9 @@ EVEN_K), then compiled, disassembled and checked by ``ogsgen.runtime.wgmma_hazar
 DIR/offline_sm90_check.csv: per case and tile, each kernel launched, its hazards and shared memory (over
 227 KiB, the launch would fail). It says which tiles the shipped path runs asynchronously; only a GPU says
 how fast they are. A tile ending in ``w`` is compiled as its waiting kernel (as matmul_ogs compiles it).
+The kernels are told they compile for sm_90 (``ogsgen.numerics.jit.compiling_for``), so they choose the PTX an
+H200 would; Triton's cache key does not record that choice, so run with a fresh ``TRITON_CACHE_DIR`` where
+earlier compiles of the same kernels saw no GPU.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from tile_sweep import parse_tile, tile_name  # noqa: E402
 
 import ogsgen  # noqa: E402
 from ogsgen.moe.reference import routing_torch  # noqa: E402
+from ogsgen.numerics.jit import compiling_for  # noqa: E402
 from ogsgen.numerics.layouts import swizzle_mx_values  # noqa: E402
 from ogsgen.runtime import launcher, matmul, wgmma_hazards  # noqa: E402
 
@@ -85,7 +89,8 @@ def compile_for_sm90(kernel, args: dict, options: dict):
     bound_args, specialization, parsed = binder(**kwargs)
     parsed, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound_args, specialization, parsed)
     source = ASTSource(kernel, signature, constexprs, attrs)
-    with wgmma_hazards.waiting_for_each_wgmma_compiles():  # as matmul_ogs compiles waiting kernels
+    # as matmul_ogs compiles waiting kernels, with the PTX an H200 would choose
+    with wgmma_hazards.waiting_for_each_wgmma_compiles(), compiling_for(SM90):
         return triton_compile(source, target=SM90, options=parsed.__dict__)
 
 

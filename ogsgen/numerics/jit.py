@@ -3,8 +3,12 @@
 They mirror ``ogsgen.numerics.mx`` operation by operation (integer scale choice, threshold-based
 e2m1 rounding) so that both produce the same bits.
 """
+from contextlib import contextmanager
+
 import triton
 import triton.language as tl
+from triton.language import target_info
+from triton.language.target_info import cuda_capability_geq
 
 # The packed e2m1 -> bf16 upcast, elementwise per byte: (low nibble, high nibble) times the byte's factor.
 # Per 32-bit lane: 4 packed e2m1 bytes in ($4), two bf16x2 of low nibbles ($0, $1) and two of high nibbles
@@ -83,11 +87,16 @@ def e2m1_times_2_14(codes):
 
 
 @triton.jit
+def bf16_bits_of_scale(code):
+    """The bits (int32) of 2 ** (code - 127) as bf16 for e8m0 scale bytes: exact, bf16 has float32's exponents
+    (code 0 is the subnormal 2 ** -127; 255 is read as 254, as ``pow2_of_scale`` does)."""
+    return tl.maximum(tl.minimum(code.to(tl.int32), 254) << 7, 0x40)
+
+
+@triton.jit
 def bf16_of_scale(code):
-    """2 ** (code - 127) as bf16 for e8m0 scale bytes: exact, bf16 has float32's exponents (code 0 is
-    the subnormal 2 ** -127; 255 is read as 254, as ``pow2_of_scale`` does)."""
-    bits = tl.maximum(tl.minimum(code.to(tl.int32), 254) << 7, 0x40)
-    return bits.to(tl.int16).to(tl.bfloat16, bitcast=True)
+    """``bf16_bits_of_scale`` as a bf16 value."""
+    return bf16_bits_of_scale(code).to(tl.int16).to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
@@ -148,19 +157,38 @@ E2M1_WORD_TO_BF16 = tl.constexpr("{\n.reg .b32 v, u, bias, nz, row, row8;\n.reg 
                                    "or.b32 v, v, u;\n"
                                  + _SCALE_WORD_REGISTER.format(factor="row8", low="$6", high="$7") + "}")
 
-# bf16_of_scale of two e8m0 codes at once ($1: one code in each 16-bit half): both shifted into their exponent
-# fields, then the two clamps on both halves.
+# bf16_bits_of_scale of two e8m0 codes at once ($1: one code in each 16-bit half): both shifted into their
+# exponent fields, then the two clamps on both halves (packed 16-bit min and max: sm_90 and later).
 E8M0_PAIR_TO_BF16X2 = tl.constexpr("{\n.reg .b32 top, bottom;\nmov.b32 top, 0x7F007F00;\n"
                                    "mov.b32 bottom, 0x00400040;\nshl.b32 $0, $1, 7;\nmin.u16x2 $0, $0, top;\n"
                                    "max.u16x2 $0, $0, bottom;\n}")
 
 
+@contextmanager
+def compiling_for(target):
+    """Present ``target`` (a triton GPUTarget) as the GPU that kernels compiled inside compile for. Helpers here
+    choose their PTX with ``cuda_capability_geq``, which asks the active driver: right for a launch, wrong for
+    an offline compile for another GPU (or on a machine without one), which needs this. Not thread-safe."""
+    def current_target():
+        return target
+    current_target.__triton_builtin__ = True  # as target_info.current_target, which it stands in for
+    real, target_info.current_target = target_info.current_target, current_target
+    try:
+        yield
+    finally:
+        target_info.current_target = real
+
+
 @triton.jit
 def bf16_pair_of_scales(low_code, high_code):
     """``bf16_of_scale`` of two e8m0 codes as one bf16x2 register's bits (int32), low_code's in the low half."""
-    pair = low_code.to(tl.int32) | (high_code.to(tl.int32) << 16)
-    return tl.inline_asm_elementwise(E8M0_PAIR_TO_BF16X2, constraints="=r,r", args=[pair], dtype=tl.int32,
-                                     is_pure=True, pack=1)
+    if cuda_capability_geq(9, 0):
+        pair = low_code.to(tl.int32) | (high_code.to(tl.int32) << 16)
+        bits = tl.inline_asm_elementwise(E8M0_PAIR_TO_BF16X2, constraints="=r,r", args=[pair], dtype=tl.int32,
+                                         is_pure=True, pack=1)
+    else:  # Ampere and Ada have no packed 16-bit min and max (and Triton's interpreter takes this path)
+        bits = bf16_bits_of_scale(low_code) | (bf16_bits_of_scale(high_code) << 16)
+    return bits
 
 
 @triton.jit
