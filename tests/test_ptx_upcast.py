@@ -107,6 +107,13 @@ def _bf16_factor_bits(codes: np.ndarray) -> np.ndarray:
     return np.maximum(np.minimum(codes, 254) << np.uint64(7), np.uint64(0x40))
 
 
+def _decoded_times_scale(codes: np.ndarray, scale_codes: np.ndarray) -> np.ndarray:
+    """The reference: e2m1 codes times 2 ** (scale code - 127), rounded once to bf16 (as bits)."""
+    value = decode_e2m1(torch.from_numpy(codes.astype(np.int64)))
+    scale = torch.from_numpy(np.ldexp(1.0, scale_codes.astype(np.int64) - 127))
+    return (value.double() * scale).to(torch.bfloat16).view(torch.int16).numpy().astype(np.uint16)
+
+
 def test_the_upcast_ptx_gives_every_byte_times_every_scale_exactly():
     # Lane i of the work: bytes (i, i+1, i+2, i+3) mod 256 in one register, the bytes (0, 1) and (2, 3) scaled by
     # two codes; over all lanes every byte value meets every scale code in every position.
@@ -121,27 +128,15 @@ def test_the_upcast_ptx_gives_every_byte_times_every_scale_exactly():
     assert set(re.findall(r"\$(\d)", body)) == {str(i) for i in range(7)}  # 4 outputs, the word, 2 factors
     out = run_ptx(body, {"$4": word, "$5": factors[0], "$6": factors[1]})
 
-    def expected(byte, nibble_shift, code):
-        value = decode_e2m1(torch.from_numpy(((byte >> np.uint64(nibble_shift)) & np.uint64(15)).astype(np.int64)))
-        scale = torch.from_numpy(np.ldexp(1.0, code.astype(np.int64) - 127))
-        return (value.double() * scale).to(torch.bfloat16)
-
     for register, nibble_shift, (byte_low, byte_high), code in (("$0", 0, (0, 1), code_a), ("$1", 0, (2, 3), code_b),
                                                                ("$2", 4, (0, 1), code_a), ("$3", 4, (2, 3), code_b)):
         got = [(out[register] >> np.uint64(16 * lane)) & np.uint64(0xFFFF) for lane in (0, 1)]
         for lane, byte in enumerate((byte_low, byte_high)):
-            want = expected(data[byte], nibble_shift, code).view(torch.int16).numpy().astype(np.uint16)
+            want = _decoded_times_scale((data[byte] >> np.uint64(nibble_shift)) & np.uint64(15), code)
             mismatch = np.nonzero(got[lane].astype(np.uint16) != want)[0]
             assert mismatch.size == 0, (f"{register} lane {lane}: byte {int(data[byte][mismatch[0]]):#04x} at scale "
                                         f"code {int(code[mismatch[0]])} gives {int(got[lane][mismatch[0]]):#06x}, "
                                         f"want {int(want[mismatch[0]]):#06x}")
-
-
-def _decoded_times_scale(codes: np.ndarray, scale_codes: np.ndarray) -> np.ndarray:
-    """The reference: e2m1 codes times 2 ** (scale code - 127), rounded once to bf16 (as bits)."""
-    value = decode_e2m1(torch.from_numpy(codes.astype(np.int64)))
-    scale = torch.from_numpy(np.ldexp(1.0, scale_codes.astype(np.int64) - 127))
-    return (value.double() * scale).to(torch.bfloat16).view(torch.int16).numpy().astype(np.uint16)
 
 
 def test_the_word_upcast_ptx_gives_each_value_of_the_layout_times_its_row_scale():

@@ -599,7 +599,7 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         w = _reinterpret(w, pc.flex_ctx.rhs_data.dtype, "w")
     x = _reinterpret(x, pc.flex_ctx.lhs_data.dtype, "x")
     x_fmt, w_fmt, y_fmt, k = _operand_formats(x, w, pc)
-    w_shape, n = tuple(w.shape), w.shape[-1]  # logical (..., K, N), also of swizzled values
+    logical_w, n = w, w.shape[-1]  # swizzled values: their logical (..., K, N) shape
     w = w.data if isinstance(w, SwizzledMxValues) else w
     batched = x.ndim == 3
     ragged = routing_data is not None and routing_data.expt_hist is not None
@@ -628,7 +628,7 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     if x.shape[-1] != k:
         packed = " (packed mxfp4: 2 values per byte)" if w_fmt.element == "e2m1" else ""
         raise SpecError(f"x has K={x.shape[-1]} columns but w has {k} rows{packed} "
-                        f"(w is (..., K, N) = {w_shape})")
+                        f"(w is (..., K, N) = {tuple(logical_w.shape)})")
     _check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n)
     reduction_n = act.specs.reduction_n
     if n % reduction_n:
