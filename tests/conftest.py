@@ -34,3 +34,12 @@ def device():
 def _fresh_seed(request):
     # Fresh random inputs per case, reproducible from the test id.
     torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture(autouse=True)
+def _no_plans_across_tests():
+    # A launch plan records what the checked path decided, which tests change by monkeypatching its parts.
+    from ogsgen.runtime import plans
+    plans.clear()
+    yield
+    plans.clear()

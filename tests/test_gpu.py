@@ -177,9 +177,9 @@ def test_mxfp4_hopper_tiles_realistic(tile):
 
 
 # Waiting kernels (wait_mma: each wgmma completes before the next instruction, made so in the PTX by ogsgen's
-# compile) at the tiles that run them on Triton 3.6: the heuristic's and its fallbacks.
-MX_WAITING_TILES = [(16, 128, 128, 4, 3), (16, 128, 128, 8, 3), (64, 128, 64, 8, 4), (128, 256, 64, 16, 3),
-                    (128, 256, 128, 8, 4)]
+# compile) at the tiles that run them on Triton 3.6: the heuristic's (16-row tiles of K=2880 wait by choice).
+MX_WAITING_TILES = [(16, 128, 128, 4, 3), (16, 128, 128, 8, 3), (16, 128, 64, 8, 4), (16, 128, 64, 4, 4),
+                    (64, 128, 64, 8, 4), (128, 256, 64, 16, 3), (128, 256, 128, 8, 4)]
 
 
 @pytest.mark.parametrize("tile", MX_WAITING_TILES, ids=["x".join(map(str, t)) for t in MX_WAITING_TILES])
@@ -190,6 +190,36 @@ def test_mxfp4_hopper_waiting_kernels_realistic(tile, label, name, n, k):
     constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile))
     with ogsgen.opt_flags_constraints(**constraints, wait_mma=True):
         run_moe_case(DEFAULT[name], 2048, n, k, 128, 4, "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+                    reason="the packed scale PTX is for sm_90 and newer")
+def test_mxfp4_hopper_scales_take_the_packed_ptx():
+    """``bf16_pair_of_scales`` picks its PTX with ``cuda_capability_geq``: on sm_90 the launched binary must
+    hold the packed 16-bit min/max, not the portable path's per-scale arithmetic."""
+    from ogsgen.runtime import launcher
+    launcher._compiled.clear()
+    run_moe_case(DEFAULT["ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu"], 8, 256, 256, 4, 2,
+                 "cuda")
+    ptx = [compiled.asm["ptx"] for compiled in launcher._compiled.values() if "wmxfp4hopper" in compiled.name]
+    assert ptx, "no hopper mxfp4 kernel went through the cached launcher"
+    assert all("min.u16x2" in text and "max.u16x2" in text for text in ptx)
+
+
+@pytest.mark.parametrize("name,n,k", [
+    ("ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu", 5760, 2880),
+    ("ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_bias_gammas", 2880, 2880),
+    ("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu", 5760, 2880),
+    ("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas", 2880, 2880)])
+def test_launch_plans_replay_with_direct_launches(name, n, k):
+    """Decode calls of one signature on fresh routing, inputs and weights: the first builds a plan, the rest
+    replay it, launching the binaries directly; each result is checked against the reference."""
+    from ogsgen.runtime import plans
+    plans.clear()
+    for _ in range(3):
+        run_moe_case(DEFAULT[name], 8, n, k, 128, 4, "cuda")
+    launches = [step for plan in plans._plans.values() for step in plan.steps if isinstance(step, plans._Launch)]
+    assert len(plans._plans) == 1 and launches and all(step.direct is not None for step in launches)
 
 
 def test_bitwise_invariance_realistic():

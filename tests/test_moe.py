@@ -273,7 +273,7 @@ def test_moe_bad_inputs(device):
 def test_histogram_mismatch_is_caught_in_debug_mode(device, monkeypatch):
     rd, gi, si, x, w = _moe_inputs(device)
     wrong = ogsgen.RoutingData(rd.gate_scal, torch.roll(rd.expt_hist, 1) + 1, 4, 2)
-    monkeypatch.setenv("OGSGEN_DEBUG", "1")
+    monkeypatch.setattr(ogsgen.runtime.matmul, "DEBUG_CHECKS", True)  # what OGSGEN_DEBUG=1 at import sets
     with pytest.raises(ogsgen.SpecError, match="histogram does not match the indices"):
         ogsgen.matmul_ogs(x, w, None, wrong, gather_indx=gi)
     swapped = ogsgen.GatherIndx(gi.src_indx, torch.roll(gi.dst_indx, 1))

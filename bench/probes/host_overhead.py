@@ -1,9 +1,10 @@
 """Where the host time of one eager ``matmul_ogs`` call goes (needs a CUDA GPU).
 
-Case: gpt-oss w1, T=1, gather, bf16 (the bench's host-overhead case). Measured per call, with the GPU
-queue kept short: the whole call; the same call with the kernel launch replaced by a no-op (ogsgen's
-own Python); with the arguments of that call, Triton's ``kernel[grid](**args)`` alone and ogsgen's
-cached launcher alone; and a cProfile of the whole call. Writes ``host_overhead.txt`` under --out.
+Case: gpt-oss w1, T=1, gather, bf16 (the bench's host-overhead case), and w2 (scatter, k=4). Measured per
+call, with the GPU queue kept short: the whole call (a launch plan replayed, ogsgen.runtime.plans); its
+parts: the call's signature, the plan replayed on its tensors; the checked path that built the plan
+(plans cleared before each call); Triton's ``kernel[grid](**args)`` with the same arguments; and a cProfile
+of the whole call. Writes ``host_overhead.txt`` under --out.
 
     PYTHONPATH=.:third_party python bench/probes/host_overhead.py --out DIR
 """
@@ -22,11 +23,47 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_moe import host_overhead_us  # noqa: E402  (the benchmark's own host-time loop)
 
 import ogsgen  # noqa: E402
-from ogsgen.runtime import launcher  # noqa: E402
+from ogsgen.runtime import matmul as matmul_module, plans  # noqa: E402
 
 
 def per_call_us(fn):
     return host_overhead_us(fn, calls=2000)
+
+
+def parts(label, x, w, rd, **kwargs):
+    """Lines of one case's timings."""
+    pc, act, epi = matmul_module._DEFAULT_PRECISION, matmul_module._NO_ACTIVATION, matmul_module._NO_EPILOGUE
+
+    def call():
+        return ogsgen.matmul_ogs(x, w, None, rd, **kwargs)
+
+    def signature():
+        return matmul_module._call_signature(x, w, None, rd, kwargs.get("gather_indx"), kwargs.get("scatter_indx"),
+                                             pc, None, None, None, None, act, epi, None)
+
+    def checked():
+        plans.clear()
+        return call()
+
+    lines = [f"{label}: whole call (plan replayed): {per_call_us(call):.1f} us"]
+    tensors, key = signature()
+    plan = plans.lookup(key, tensors)
+    assert plan is not None, "the call was not planned"
+    lines.append(f"  its signature: {per_call_us(signature):.1f} us")
+    lines.append(f"  its plan replayed: {per_call_us(lambda: plan.run(list(tensors))):.1f} us")
+    lines.append(f"  the checked path (building the plan): {per_call_us(checked):.1f} us")
+    with_buffers = list(tensors)
+    for buffer in (step for step in plan.steps if isinstance(step, plans._Buffer)):
+        buffer(with_buffers)
+    step = next(step for step in plan.steps if isinstance(step, plans._Launch))
+    values = list(step.template)
+    for position, index in step.slots:
+        values[position] = with_buffers[index]
+    args = dict(zip(step.kernel.arg_names, values))
+    call()
+    lines.append(f"  Triton's kernel[grid](**args), first kernel alone: "
+                 f"{per_call_us(lambda: step.kernel[step.grid](**args, **step.options)):.1f} us")
+    return lines
 
 
 def main():
@@ -35,33 +72,19 @@ def main():
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     n_expts, top_k, k, n = 128, 4, 2880, 5760
-    logits = torch.randn(1, n_expts, device="cuda")
-    rd, gi, _ = ogsgen.routing(logits, top_k)
+    rd, gi, si = ogsgen.routing(torch.randn(1, n_expts, device="cuda"), top_k)
     x = torch.randn(1, k, device="cuda").bfloat16()
-    w = torch.randn(n_expts, k, n, device="cuda").bfloat16()
-
-    def call():
-        return ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi)
-
+    w1 = torch.randn(n_expts, k, n, device="cuda").bfloat16()
+    w2 = torch.randn(n_expts, k, k, device="cuda").bfloat16()
+    x_sorted = torch.randn(top_k, k, device="cuda").bfloat16()
     lines = [f"torch {torch.__version__}, triton {__import__('triton').__version__}, {torch.cuda.get_device_name()}"]
-    lines.append(f"whole call: {per_call_us(call):.1f} us")
-
-    real_launch, launches = launcher.launch, []
-    launcher.launch = lambda *a, **options: launches.append((a, options))
-    try:
-        lines.append(f"launch stubbed (ogsgen's Python): {per_call_us(call):.1f} us")
-    finally:
-        launcher.launch = real_launch
-    (kernel, grid, launch_args), options = launches[-1]
-    lines.append(f"kernel[grid](**args) alone (Triton): "
-                 f"{per_call_us(lambda: kernel[grid](**launch_args, **options)):.1f} us")
-    lines.append(f"launcher.launch alone (ogsgen): "
-                 f"{per_call_us(lambda: launcher.launch(kernel, grid, launch_args, **options)):.1f} us")
+    lines += parts("gpt-oss w1 T=1 (gather)", x, w1, rd, gather_indx=gi)
+    lines += parts("gpt-oss w2 T=1 (scatter, k=4)", x_sorted, w2, rd, scatter_indx=si)
 
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(500):
-        call()
+        ogsgen.matmul_ogs(x, w1, None, rd, gather_indx=gi)
     profile.disable()
     torch.cuda.synchronize()
     text = io.StringIO()

@@ -5,7 +5,8 @@
 
 Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
 tile and writes OUT/tile_sweep_FORMAT.csv (CUDA-graph medians, and each tile's largest difference from the
-heuristic's output relative to its largest magnitude, a check that the tile computes the same result). The
+heuristic's output relative to its largest magnitude, a check that the tile computes the same result;
+``regs``: registers/spills per thread of the binaries the tile compiled). The
 heuristic in ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTES.md records them.
 ``replaced_by``: the MX binary had ptxas's wgmma register hazard, and the call ran this instead ("wait": the
 tile's waiting kernel; a tile: a fallback tile of the heuristic's, "-wait" if it waits; see
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_moe  # noqa: E402  (the benchmark's case builders)
 
 import ogsgen  # noqa: E402
-from ogsgen.runtime import matmul  # noqa: E402
+from ogsgen.runtime import launcher, matmul  # noqa: E402
 
 TILES = [  # block_m, block_n, block_k, num_warps, num_stages
     (128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (128, 256, 64, 8, 4),
@@ -102,8 +103,12 @@ def main():
                         with ogsgen.opt_flags_constraints(**constraints):
                             return fn()
                 matmul._REPLACED.clear()
+                compiled_before = set(map(id, launcher._compiled.values()))
                 diff = (run().float() - reference).abs().max() / reference.abs().max()
                 row["replaced_by"] = bench_moe.hazard_replacements()
+                # registers/spills per thread of the matmul binaries this tile compiled (occupancy)
+                row["regs"] = " ".join(f"{c.n_regs}/{c.n_spills}" for c in launcher._compiled.values()
+                                       if id(c) not in compiled_before and "matmul" in c.name)
                 ms = do_bench_cudagraph(run, rep=100, return_mode="median")
                 row.update(us=round(ms * 1e3, 1), tflops=round(flops / ms / 1e9, 1),
                            diff_vs_heuristic=f"{diff.item():.1e}")

@@ -52,12 +52,16 @@ class RaggedTensorMetadata:
         return self.block_offs_data[self._row(block_size)]
 
     def block_schedule(self, block_size: int) -> torch.Tensor:
-        # Row views are made once per schedule tensor (indexing costs microseconds on every call).
+        return self.schedule_rows()[self._row(block_size)]
+
+    def schedule_rows(self) -> tuple[torch.Tensor, ...]:
+        """``block_schedule`` of every block size, as views made once per schedule tensor (indexing costs
+        microseconds on every call)."""
         cached = self.__dict__.get("_schedule_rows")
         if cached is None or cached[0] is not self.block_schedule_data:
             cached = (self.block_schedule_data, self.block_schedule_data.unbind(0))
             self.__dict__["_schedule_rows"] = cached
-        return cached[1][self._row(block_size)]
+        return cached[1]
 
 
 # Gate, expert and tile counts vary from call to call (and model to model): not specialized on, so that

@@ -35,9 +35,10 @@ _verified: set[str] = set()  # hashes of the binaries ``verify`` accepted
 _CONSTEXPR, _SPECIALIZED, _UNSPECIALIZED = 0, 1, 2
 
 
-def _hooks_installed() -> bool:
-    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    return any(getattr(hook, "calls", hook) for hook in hooks)
+def hooks_installed() -> bool:
+    """Whether launch hooks (profilers) are installed, which only Triton's own launch path calls."""
+    enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    return bool(getattr(enter, "calls", enter) or getattr(exit_, "calls", exit_))  # chains (3.6+), else functions
 
 
 def _kinds(kernel) -> tuple[int, ...]:
@@ -83,23 +84,24 @@ def _verify(kernel, grid, args: dict, options: dict, verify) -> None:
         _verified.add(compiled.hash)
 
 
-def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, compiling=None, **options) -> None:
+def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, compiling=None, **options):
     """``kernel[grid](**args, **options)`` (options: num_warps, num_stages), cached. ``args`` names every
     parameter of the kernel. ``verify``: called with each new compiled binary before its first launch.
     ``compiling``: a context manager factory, entered around every step that may compile (Triton's own launch
-    path included); the cached launches skip it."""
+    path included); the cached launches skip it. Returns the binary launched when :func:`direct` can launch
+    it again, else None."""
     values = tuple(args[name] for name in kernel.arg_names)  # a missing argument fails here, on every path
     # Interpreted kernels (TRITON_INTERPRET=1) are not JITFunctions: they always take Triton's path.
     if not isinstance(kernel, JITFunction):
         kernel[grid](**args, **options)
-        return
+        return None
     compiling = compiling or nullcontext
-    if not _FAST_PATH or _hooks_installed():
+    if not _FAST_PATH or hooks_installed():
         with compiling():
             if verify is not None:
                 _verify(kernel, grid, args, options, verify)
             kernel[grid](**args, **options)
-        return
+        return None
     device = torch.cuda.current_device()
     key = _specialization_key(kernel, values, options, device)
     compiled = _compiled.get(key)
@@ -113,7 +115,24 @@ def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, compilin
                 if len(_compiled) >= _MAX_ENTRIES:
                     _compiled.clear()
                 _compiled[key] = compiled
-        return
+                return compiled
+        return None
     run = compiled.run  # the first access loads the binary and sets .function
     run(grid[0], grid[1], grid[2], driver.active.get_current_stream(device), compiled.function,
         compiled.packed_metadata, None, None, None, *values)
+    return compiled
+
+
+def direct(compiled):
+    """A function ``(grid, argument values in parameter order)`` that launches ``compiled`` (a binary
+    :func:`launch` returned, already loaded) on the current device's current stream, skipping the key
+    ``launch`` computes; None when there is no such binary. Launch hooks are not called: check
+    :func:`hooks_installed` first."""
+    if compiled is None:
+        return None
+    run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+    device, current_stream = torch.cuda.current_device(), driver.active.get_current_stream
+
+    def launch_again(grid, values):
+        run(grid[0], grid[1], grid[2], current_stream(device), function, metadata, None, None, None, *values)
+    return launch_again

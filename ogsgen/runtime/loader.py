@@ -26,6 +26,7 @@ from ..codegen.build import write_atomic
 from ..codegen.render import expected_provenance, render_variant
 from ..errors import StaleKernelError, VariantNotBuiltError
 from ..spec.variant import KernelVariant, canonical_name
+from . import plans
 
 log = logging.getLogger("ogsgen")
 
@@ -45,6 +46,7 @@ def add_search_path(path: str | os.PathLike) -> None:
         if path not in _extra_dirs:
             _extra_dirs.insert(0, path)
         _kernels.clear()
+        plans.clear()  # they hold kernels of the old search path
 
 
 def set_on_demand(enabled: bool) -> None:
@@ -53,6 +55,7 @@ def set_on_demand(enabled: bool) -> None:
     with _lock:
         _on_demand = bool(enabled)
         _kernels.clear()
+        plans.clear()  # they hold kernels of the old search path
 
 
 def on_demand_enabled() -> bool:

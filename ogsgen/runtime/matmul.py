@@ -18,7 +18,7 @@ from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan
-from . import launcher, loader, wgmma_hazards
+from . import loader, plans, wgmma_hazards
 from .opt_flags import current_constraints, make_opt_flags, reduce_tile, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 
@@ -362,11 +362,11 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
         flags = _REPLACED.get((variant, flags), flags)
     kernel, grid, args, options = _matmul_launch(variant, call, flags, out, **operands)
     if not checked:
-        launcher.launch(kernel, grid, args, compiling=_compiling(flags), **options)
+        plans.launch(kernel, grid, args, compiling=_compiling(flags), **options)
         return
     try:
-        launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(flags),
-                        **options)
+        plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(flags),
+                     **options)
     except wgmma_hazards.RegisterOperandHazard as hazard:
         if flags.wait_mma:
             raise wgmma_hazards.RegisterOperandHazard(
@@ -390,8 +390,8 @@ def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch
         candidate = flags.fallback(tile)
         kernel, grid, args, options = _matmul_launch(variant, call, candidate, out, **operands)
         try:
-            launcher.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(candidate),
-                            **options)
+            plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(candidate),
+                         **options)
             replacement = candidate
             break
         except (wgmma_hazards.RegisterOperandHazard, OutOfResources) as exc:
@@ -570,7 +570,7 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
     if variant.epilogue:
         args.update(EPILOGUE_FN=call.epi.specs.fn, **_fn_args("epilogue", call.epi.specs, epilogue_values))
     grid = (_cdiv(m, block_m) * _cdiv(n, block_n), batch, 1)
-    launcher.launch(loader.kernel_for(variant), grid, args, num_warps=num_warps)
+    plans.launch(loader.kernel_for(variant), grid, args, num_warps=num_warps)
 
 
 # Shared defaults (building them costs microseconds per call); matmul_ogs never mutates its arguments.
@@ -588,10 +588,75 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     outputs of a token are summed; dropped gates add nothing). The result has ``N // reduction_n``
     columns and dtype ``precision_config.out_dtype`` or x.dtype; a preallocated ``y`` (any strides)
     is written and returned.
+
+    A call whose signature (shapes, strides, dtypes, devices and alignment of the tensors, values of the
+    rest) an earlier call had replays that call's launch plan (``ogsgen.runtime.plans``) without checking
+    its arguments again.
     """
     pc = precision_config if precision_config is not None else _DEFAULT_PRECISION
     act = fused_activation if fused_activation is not None else _NO_ACTIVATION
     epi = epilogue if epilogue is not None else _NO_EPILOGUE
+    tensors = signature = None
+    if fused_comm is None and inner_routing_data is None and not DEBUG_CHECKS:
+        try:
+            tensors, signature = _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
+                                                 gammas, out_alpha, y, act, epi, y_acc_in)
+            plan = plans.lookup(signature, tensors)
+        except (AttributeError, TypeError):  # a malformed argument (the checked path says which) or unhashable
+            tensors = plan = None
+        if plan is not None:
+            return plan.run(tensors)
+    with plans.recording() as rec:
+        y = _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha,
+                                y, fused_comm, act, epi, y_acc_in, inner_routing_data)
+    if tensors is not None and (plan := plans.build(rec, tensors, y)) is not None:
+        plans.store(signature, plan)
+    return y
+
+
+def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
+                    epi, y_acc_in) -> tuple[list, tuple]:
+    """(the call's tensors in a fixed order, its signature): everything the checked path reads. Non-tensor
+    entries of the list (None, function argument values) enter the signature by type and value."""
+    swizzled = w.__class__ is SwizzledMxValues
+    flex = pc.flex_ctx
+    lhs, rhs, out = flex.lhs_data, flex.rhs_data, flex.out_data
+    tensors = [x, w.data if swizzled else w, bias, betas, gammas, y, y_acc_in, pc.weight_scale, pc.out_scale,
+               pc.act_scale, lhs.scale, rhs.scale, out.expected_scale, out.actual_scale, flex.acc_data.scale]
+    scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.max_num_imprecise_acc, pc.allow_tf32,
+               pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype, rhs.dtype,
+               act.specs, epi.specs, (w.k, w.n, w.layout, w.capability) if swizzled else None,
+               routing_data is None, gather_indx is None, scatter_indx is None]
+    derived = ()
+    if routing_data is not None:
+        meta = routing_data.expt_data
+        scalars += (routing_data.__class__, routing_data.n_expts_tot, routing_data.n_expts_act,
+                    routing_data.expected_tokens_per_expt, meta.__class__)
+        tensors.append(routing_data.expt_hist)
+        if meta is not None:  # (block offsets are read by the persistent kernel only, which takes no plan)
+            tensors += (meta.slice_sizes, meta.slice_offs, meta.block_schedule_data)
+            derived = meta.schedule_rows()  # views of block_schedule_data, described by it
+    if gather_indx is not None:
+        tensors += (gather_indx.src_indx, gather_indx.dst_indx)
+    if scatter_indx is not None:
+        tensors += (scatter_indx.src_indx, scatter_indx.dst_indx)
+    tensors += (*act.fn_args, *epi.fn_arg_values_matmul, *epi.fn_arg_values_finalize)
+    if x.is_cuda:
+        scalars.append(torch.cuda.current_device())
+    described = [None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
+                 if isinstance(t, torch.Tensor) else (t.__class__, t) for t in tensors]
+    tensors += derived
+    return tensors, (*scalars, *described)
+
+
+# OGSGEN_DEBUG=1 (read once, at import): every MoE call checks its routing against the indices (a host
+# synchronization) and takes the checked path.
+DEBUG_CHECKS = os.environ.get("OGSGEN_DEBUG", "0") == "1"
+
+
+def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y,
+                        fused_comm, act, epi, y_acc_in, inner_routing_data):
+    """``matmul_ogs`` with every argument checked, for the first call of a signature."""
     _reject_unsupported(fused_comm, inner_routing_data, pc)
     _check_tensor(x, "x", ndims=(2, 3))
     if not isinstance(w, SwizzledMxValues):
@@ -673,10 +738,10 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     if batch > _MAX_GRID_Y:
         raise SpecError(f"batched x has B={batch} > {_MAX_GRID_Y} entries, more than one launch covers; "
                         f"split the batch")
-    if ragged and os.environ.get("OGSGEN_DEBUG", "0") == "1":
+    if ragged and DEBUG_CHECKS:
         check_routing_data(routing_data, gather_indx, scatter_indx)
     if y is None:
-        y = torch.empty(out_shape, dtype=out_dtype, device=x.device)
+        y = plans.new_buffer(out_shape, out_dtype, x.device)
     if batch * out_rows * n_out == 0:
         return y
     if ragged and routing_data.expt_data is None:
@@ -685,7 +750,7 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
                                    routing_data.expected_tokens_per_expt)
 
     if y_fmt.scaling == "flexpoint" and pc.flex_ctx.out_data.actual_scale is not None:
-        pc.flex_ctx.out_data.actual_scale.zero_()  # atomics take the max of this call's tiles
+        plans.zero(pc.flex_ctx.out_data.actual_scale)  # atomics take the max of this call's tiles
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs)
@@ -705,10 +770,12 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         flags = make_opt_flags(*flag_args, tma_blocker)  # the tiled kernel, or the error if persistent was forced
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
+    if other_device:
+        plans.not_plannable()  # a plan launches on the current device
     with torch.cuda.device(x.device) if other_device else contextlib.nullcontext():
         if scatter_indx is not None and routing_data.n_expts_act > 1:
             matmul_variant, reduce_variant = topk_plan(variant)
-            scratch = torch.empty((m, n_out), dtype=matmul_variant.y.torch_dtype, device=x.device)
+            scratch = plans.new_buffer((m, n_out), matmul_variant.y.torch_dtype, x.device)
             _launch_matmul(matmul_variant, call, flags, scratch, bias=bias, betas=betas, gammas=gammas,
                            y_acc_in=None, out_alpha=out_alpha)
             k_act = routing_data.n_expts_act
@@ -718,14 +785,14 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
                            scatter_src=scatter_indx.src_indx)
         elif flags.split_k > 1:
             partials_variant, reduce_variant = split_k_plan(variant)
-            partials = torch.empty((flags.split_k, batch, m, n), dtype=torch.float32, device=x.device)
+            partials = plans.new_buffer((flags.split_k, batch, m, n), torch.float32, x.device)
             _launch_matmul(partials_variant, call, flags, partials, bias=bias, betas=betas, gammas=None,
                            y_acc_in=None, out_alpha=out_alpha, split_k=flags.split_k)
             _launch_reduce(reduce_variant, call, partials, _as_3d(y), gammas=gammas,
                            epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul)
         else:
             if scatter_indx is not None:
-                y.zero_()  # tokens whose only gate was dropped get zeros
+                plans.zero(y)  # tokens whose only gate was dropped get zeros
             _launch_matmul(variant, call, flags, y, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in,
                            out_alpha=out_alpha)
     return y
