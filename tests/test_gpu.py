@@ -178,8 +178,8 @@ def test_mxfp4_hopper_tiles_realistic(tile):
 
 # Waiting kernels (wait_mma: each wgmma completes before the next instruction, made so in the PTX by ogsgen's
 # compile) at the tiles that run them on Triton 3.6: the heuristic's (16-row tiles of K=2880 wait by choice).
-MX_WAITING_TILES = [(16, 128, 128, 4, 3), (16, 128, 128, 8, 3), (16, 128, 64, 8, 4), (16, 128, 64, 4, 4),
-                    (64, 128, 64, 8, 4), (128, 256, 64, 16, 3), (128, 256, 128, 8, 4)]
+MX_WAITING_TILES = [(16, 128, 128, 4, 3), (16, 128, 128, 8, 3), (16, 128, 64, 8, 4), (64, 128, 64, 8, 4),
+                    (128, 256, 64, 16, 3), (128, 256, 128, 8, 4)]
 
 
 @pytest.mark.parametrize("tile", MX_WAITING_TILES, ids=["x".join(map(str, t)) for t in MX_WAITING_TILES])

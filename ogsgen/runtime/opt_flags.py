@@ -111,6 +111,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32.
     block_k = max(16, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
+    wait_mma = False
     if itemsize == 2 and w_mx_layout is None and block_m == 16:
         # Decode rows with 16-bit W: two warpgroups per 16x128 tile stream W faster, measured on the H200
         # (bench/results/2026-12-01e-probes/tile_sweep_bf16_decode*.csv): T=1 15% faster on gpt-oss (w1 40.3 ->
@@ -145,7 +146,15 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # - 64 and more rows: 64x256x64/8 warps/3 stages (waiting) beats 64x128x64/8/4 by 15-17% at T=2048
         #   (gpt-oss w1 1270 -> 1056 us, w2 678 -> 575) and every 128-row tile at T=8192 (w1 2984 us against
         #   3087-3712, w2 1597 against 1793-2506); rows beyond 64 per expert take more row tiles.
-        if block_m <= 32:
+        # - About one row per expert and a K that is no multiple of 128 (gpt-oss's 2880;
+        #   bench/results/2026-12-01j-probes): 64-row K steps without a masked tail, 8 warps, waiting for each
+        #   wgmma, which frees W's registers (42 per thread, against 100-118 for 16x128x128) for more resident
+        #   warps: gpt-oss w1 T=1/8/32 31.2 -> 28.5, 143 -> 129, 327 -> 322 us, w2 T=8/32 86 -> 74, 172 -> 167.
+        #   With 2 or 8 rows per expert (T=64, 256) 16x128x128 stays 1-9% faster than any of them, and with K a
+        #   multiple of 128 (DeepSeek-V3's 7168) it is 3-13% faster at T=8/32.
+        if rows <= 1 and k % 128:
+            block_m, block_n, block_k, num_warps, num_stages, wait_mma = 16, 128, 64, 8, 4, True
+        elif block_m <= 32:
             block_n, block_k, num_warps, num_stages = 128, 128, 4, 3
         else:
             block_m, block_n, block_k, num_warps, num_stages = 64, 256, 64, 8, 3
@@ -156,7 +165,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     if can_split and n_sms and 2 * tiles <= n_sms and k_tiles >= 16:
         split_k = max(1, min(n_sms // tiles, k_tiles // 8, 8))
     return OptFlags(block_m, block_n, block_k, group_m=8, num_warps=num_warps, num_stages=num_stages,
-                    split_k=split_k)
+                    split_k=split_k, wait_mma=wait_mma)
 
 
 @lru_cache(maxsize=1024)
