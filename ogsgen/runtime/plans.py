@@ -8,12 +8,14 @@ notes each buffer it allocates, each tensor it zeroes and each kernel it launche
 by a slot (an index into the call's tensors, then its new buffers) and the compiled binary. A later call
 with the same signature fills the slots with its own tensors and launches the binaries directly.
 
-A call is planned only when every tensor it launches with is one of its own arguments (by identity) or a
-buffer it allocated, and every other argument value is a plain constant; otherwise (x copied or viewed
-first, TMA descriptors of the persistent kernel, metadata built for it) each call takes the full path.
+A call is planned only when every tensor it launches with is one of its own arguments (by identity), a
+buffer it allocated, or a view of either at the same address and dtype, and every other argument value is a
+plain constant; otherwise (x copied or reinterpreted as another dtype, TMA descriptors of the persistent
+kernel, metadata built for the call) each call takes the full path.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import torch
@@ -58,17 +60,16 @@ class Recording:
         self.plannable = True
 
 
-class recording:
+@contextlib.contextmanager
+def recording():
     """``with recording() as rec:``: the calls of :func:`new_buffer`, :func:`zero` and :func:`launch` on this
     thread are noted in ``rec``."""
-
-    def __enter__(self) -> Recording:
-        self.outer = getattr(_state, "recording", None)
-        _state.recording = Recording()
-        return _state.recording
-
-    def __exit__(self, *exc):
-        _state.recording = self.outer
+    outer = getattr(_state, "recording", None)
+    rec = _state.recording = Recording()
+    try:
+        yield rec
+    finally:
+        _state.recording = outer
 
 
 def _note(event: tuple) -> None:

@@ -35,7 +35,7 @@ from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
 # counts (few experts leave SMs idle where many fill them, which flips the wide-tile and split-K rules).
 _ROWS = (1, 8, 16, 32, 64, 128, 512, 4096, 65536)
 _NS, _NARROW_NS = (512, 8192), (16, 32, 64)
-_KS = (128, 512, 8192)
+_KS = (128, 512, 2880, 8192)  # 2880 (gpt-oss): no multiple of 128, which hopper mxfp4 decode tiles look at
 _EXPERTS = (8, 128)
 # Warm-up call sizes: multiples of 16; K_EVEN is a multiple of every block_k, K_TAIL of none above 16.
 _N, _K_EVEN, _K_TAIL, _TOKENS, _CALL_EXPERTS, _TOP_K = 256, 256, 272, 16, 4, 2
