@@ -56,10 +56,7 @@ def parts(label, x, w, rd, **kwargs):
     for buffer in (step for step in plan.steps if isinstance(step, plans._Buffer)):
         buffer(with_buffers)
     step = next(step for step in plan.steps if isinstance(step, plans._Launch))
-    values = list(step.template)
-    for position, index in step.slots:
-        values[position] = with_buffers[index]
-    args = dict(zip(step.kernel.arg_names, values))
+    args = dict(zip(step.kernel.arg_names, step.values(with_buffers)))
     call()
     lines.append(f"  Triton's kernel[grid](**args), first kernel alone: "
                  f"{per_call_us(lambda: step.kernel[step.grid](**args, **step.options)):.1f} us")

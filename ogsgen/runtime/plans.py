@@ -109,10 +109,15 @@ class _Launch:
         self.kernel, self.grid, self.options, self.compiling = kernel, grid, options, compiling
         self.template, self.slots, self.direct = template, slots, direct
 
-    def __call__(self, tensors: list) -> None:
+    def values(self, tensors: list) -> list:
+        """The kernel's argument values, in parameter order, for a call's tensors (and buffers)."""
         values = list(self.template)
         for position, index in self.slots:
             values[position] = tensors[index]
+        return values
+
+    def __call__(self, tensors: list) -> None:
+        values = self.values(tensors)
         if self.direct is not None and not launcher.hooks_installed():
             self.direct(self.grid, values)
         else:
