@@ -5,8 +5,9 @@
 
 Shapes: gpt-oss-120b (E=128, top-4, K=2880; w1 N=5760 with gather, w2 N=2880 with scatter and gammas),
 DeepSeek-V3 w1 (E=256, top-8, K=7168, N=4096), T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880.
-Weights bf16, mxfp4 (ogsgen: the value layout prepare_expert_weights picks for this GPU, hopper on an H200) and
-mxfp4-strided (ogsgen's strided layout); triton_kernels' mxfp4 uses its Hopper swizzled layouts. Peers, measured in
+Weights bf16, mxfp4 (ogsgen: the value layout prepare_expert_weights picks for this GPU, hopper on an H200, and
+its N-contiguous scales) and mxfp4-strided (ogsgen's strided layout); mxfp4-kscales (probes) keeps the scales
+K-contiguous; triton_kernels' mxfp4 uses its Hopper swizzled layouts. Peers, measured in
 the same process: triton_kernels' matmul_ogs (when importable), torch._grouped_mm (bf16, rows pre-sorted) and
 torch.matmul (dense).
 
@@ -95,9 +96,11 @@ def moe_cases(name, tokens, weight_format, tk):
     kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si, gammas=rd.gate_scal.float())
     if weight_format.startswith("mxfp4"):
         values, scales = quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
-        hopper = weight_format == "mxfp4" and torch.cuda.get_device_capability()[0] == 9
+        hopper = weight_format in ("mxfp4", "mxfp4-kscales") and torch.cuda.get_device_capability()[0] == 9
         w = swizzle_mx_values(values.mT) if hopper else values.mT
-        pc = ogsgen.PrecisionConfig(weight_scale=scales.mT)
+        # Scales N-contiguous, as prepare_expert_weights stores them; mxfp4-kscales (a probe): K-contiguous.
+        pc = ogsgen.PrecisionConfig(weight_scale=scales.mT if weight_format == "mxfp4-kscales"
+                                    else scales.mT.contiguous())
         w_bytes = active * k * n // 2
     else:
         w, pc = dense_w, ogsgen.PrecisionConfig()

@@ -38,7 +38,8 @@ def exact_fp8(shape, dtype, device):
 class Operands:
     """x and w for a variant's formats, their float32 reference values and the precision config."""
 
-    def __init__(self, variant: KernelVariant, x_shape, w_shape, device, x_transposed=False, w_transposed=False):
+    def __init__(self, variant: KernelVariant, x_shape, w_shape, device, x_transposed=False, w_transposed=False,
+                 scales_n_contiguous=False):
         self.variant, self.pc_fields = variant, {}
         flex = {}
         if variant.x.scaling == "flexpoint":
@@ -59,7 +60,9 @@ class Operands:
         elif variant.w.scaling == "block_e8m0":
             dense = torch.randn(w_shape, device=device)
             values, scales = quantize_mx(dense.mT.contiguous(), variant.w.element, axis=-1)
-            self.w, self.pc_fields["weight_scale"] = values.mT, scales.mT
+            # MX scales K-contiguous as quantize_mx makes them, or N-contiguous as prepare_expert_weights stores them
+            self.w, self.pc_fields["weight_scale"] = values.mT, scales.mT.contiguous() if scales_n_contiguous \
+                else scales.mT
             if variant.w.layout == "hopper":
                 self.w = swizzle_mx_values(values.mT)
             self.w_ref = dequantize_mx_torch(values, scales, variant.w.element).mT
@@ -119,10 +122,12 @@ def run_case(variant: KernelVariant, m: int, n: int, k: int, device, batch: int 
 
 
 def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts: int, n_expts_act: int, device,
-                 drop: float = 0.0, split_k: int | None = None, maxtol=2e-2, rmstol=4e-3):
+                 drop: float = 0.0, split_k: int | None = None, maxtol=2e-2, rmstol=4e-3,
+                 scales_n_contiguous=False):
     """A ragged matmul of ``variant`` on fresh random routing and inputs, checked against the reference.
 
     ``drop``: the fraction of gates routed to no local expert (-1), as with expert parallelism.
+    ``scales_n_contiguous``: MX scales stored N-contiguous (else K-contiguous).
     """
     from ogsgen import opt_flags_constraints
     from ogsgen.moe import routing_from_topk
@@ -134,7 +139,8 @@ def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts:
         ids = torch.where(torch.rand(ids.shape, device=device) < drop, -1, ids)
     routing_data, gather_indx, scatter_indx = routing_from_topk(ids, weights, n_expts)
     n_rows = n_tokens * n_expts_act
-    ops = Operands(variant, ((n_tokens if variant.gather else n_rows), k), (n_expts, k, n), device)
+    ops = Operands(variant, ((n_tokens if variant.gather else n_rows), k), (n_expts, k, n), device,
+                   scales_n_contiguous=scales_n_contiguous)
     x, w = ops.x, ops.w
     n_out = n // variant.reduction_n
     bias = torch.randn(n_expts, n, device=device) if variant.bias else None

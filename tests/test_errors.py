@@ -134,7 +134,10 @@ def test_reduction_n_power_of_two():
                                                   r"fallback_tiles \(128, 96, 8, 3, False\): block_k must be a power"),
                                                  ({"fallback_tiles": ((128, 128, 8, 3, 1),)},
                                                   r"\(128, 128, 8, 3, 1\): wait_mma must be True or False"),
-                                                 ({"num_stages": True}, "num_stages must be a positive int")])
+                                                 ({"num_stages": True}, "num_stages must be a positive int"),
+                                                 ({"maxnreg": 300}, "maxnreg must be a register count from 24 to "
+                                                                    "255"),
+                                                 ({"maxnreg": 16}, "maxnreg must be a register count")])
 def test_bad_constraints(constraints, message):
     with pytest.raises(ogsgen.InapplicableConstraint, match=message):
         with ogsgen.opt_flags_constraints(**constraints):

@@ -128,7 +128,8 @@ def test_quantize_errors():
 # ---------------------------------------------------------------- MX weights in matmul_ogs
 
 def _mx_weights(w_float, element):
-    """(values, scales) along K of (E, K, N) weights, stored K-contiguous as Hopper prefers."""
+    """(values, scales) along K of (E, K, N) weights, both K-contiguous (quantize_mx's scales; Hopper reads values
+    so)."""
     values, scales = quantize_mx(w_float.mT.contiguous(), element, axis=-1)
     return values.mT, scales.mT
 
@@ -149,11 +150,13 @@ def test_dense_mx_weights(element, maxtol, bias, device):
     assert_close(ref, y.float(), maxtol=maxtol)
 
 
-@pytest.mark.parametrize("value_layout", ["strided", "hopper"])
+@pytest.mark.parametrize("value_layout,scales_n_contiguous", [("strided", False), ("hopper", False),
+                                                               ("hopper", True)])
 @pytest.mark.parametrize("k_act", [1, 4])
-def test_gpt_oss_moe_with_mxfp4_weights(k_act, value_layout, device):
+def test_gpt_oss_moe_with_mxfp4_weights(k_act, value_layout, scales_n_contiguous, device):
     """gpt-oss's two MoE matmuls with mxfp4 weights against the bf16-dequantized reference. w2's K (32) is half
-    a hopper group: the layout pads it."""
+    a hopper group: the layout pads it. Scales K-contiguous (quantize_mx's) or N-contiguous
+    (prepare_expert_weights')."""
     tokens, hidden, inter, n_expts = 24, 64, 32, 8
     rd, gi, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
     x = torch.randn(tokens, hidden, device=device).bfloat16()
@@ -163,11 +166,12 @@ def test_gpt_oss_moe_with_mxfp4_weights(k_act, value_layout, device):
     act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
     gammas = rd.gate_scal.float()
     w1_arg, w2_arg = (swizzle_mx_values(w1), swizzle_mx_values(w2)) if value_layout == "hopper" else (w1, w2)
+    s1_arg, s2_arg = (s1.contiguous(), s2.contiguous()) if scales_n_contiguous else (s1, s2)
     with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=32 if value_layout == "strided" else 64):
         h = matmul_ogs(x, w1_arg, b1, rd, gather_indx=gi, fused_activation=act,
-                       precision_config=PrecisionConfig(weight_scale=s1))
+                       precision_config=PrecisionConfig(weight_scale=s1_arg))
         y = matmul_ogs(h, w2_arg, b2, rd, scatter_indx=si, gammas=gammas,
-                       precision_config=PrecisionConfig(weight_scale=s2))
+                       precision_config=PrecisionConfig(weight_scale=s2_arg))
     w1_ref = dequantize_mx_torch(w1.mT, s1.mT, "e2m1").mT
     w2_ref = dequantize_mx_torch(w2.mT, s2.mT, "e2m1").mT
     fp32 = PrecisionConfig(out_dtype=torch.float32)
@@ -496,6 +500,8 @@ def test_prepare_expert_weights_round_trips(format, value_layout, layout, gate_u
     if format in ("fp8e4m3", "mxfp4", "mxfp8e4m3"):
         if value_layout != "hopper":  # (hopper words are K-contiguous by construction)
             assert prepared.w.stride(-2) == 1  # K-contiguous, as Hopper reads scaled weights
+    if format.startswith("mx"):
+        assert prepared.weight_scale.stride(-1) == 1  # N-contiguous: whole sectors per K step
     if gate_up == "concatenated":  # the matmul sees gate, up, gate, up, ... columns
         assert torch.equal(prepared.bias[:, 0::2], bias[:, : n // 2])
         torch.testing.assert_close(prepared.dequantize()[:, :, 1::2], prepared.dequantize(True).mT[:, :, n // 2:])

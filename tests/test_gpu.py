@@ -176,6 +176,17 @@ def test_mxfp4_hopper_tiles_realistic(tile):
                      128, 4, "cuda")
 
 
+# The heuristic's hopper mxfp4 tiles for N-contiguous scales (prepare_expert_weights' layout), across the token
+# counts that reach each of them on gpt-oss: 16x128 and 16x256 (96 registers) decode tiles, 64x256x128 (120
+# registers) and 128x256x128.
+@pytest.mark.parametrize("tokens", [1, 8, 32, 256, 2048, 8192])
+@pytest.mark.parametrize("label,name,n,k", [
+    ("w1", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu", 5760, 2880),
+    ("w2", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas", 2880, 2880)])
+def test_mxfp4_hopper_n_contiguous_scales_realistic(tokens, label, name, n, k):
+    run_moe_case(DEFAULT[name], tokens, n, k, 128, 4, "cuda", scales_n_contiguous=True)
+
+
 # Waiting kernels (wait_mma: each wgmma completes before the next instruction, made so in the PTX by ogsgen's
 # compile) at the tiles that run them on Triton 3.6: the heuristic's (16-row tiles of K=2880 wait by choice).
 MX_WAITING_TILES = [(16, 128, 128, 4, 3), (16, 128, 128, 8, 3), (16, 128, 64, 8, 4), (64, 128, 64, 8, 4),

@@ -27,3 +27,65 @@ def test_hopper_mxfp4_decode_tiles_follow_k():
     deepseek = make_opt_flags(2, 1, 64, 4096, 7168, 1, 256, 1, True, 132, "hopper")
     assert _tile(deepseek) == (16, 128, 128, 4, 3, False)
     assert _tile(_gpt_oss_w1(2, 32, "hopper")) == (32, 128, 128, 4, 3, False)  # 32-row tiles: unchanged
+
+
+def _hopper_mxfp4(n, k, tokens, n_expts, top_k, scales_n_contiguous=True, constraints=()):
+    rows = tokens * top_k
+    return make_opt_flags(2, 1, rows, n, k, 1, n_expts, max(1, rows // n_expts), True, 132, "hopper",
+                          constraints=constraints, mx_scales_n_contiguous=scales_n_contiguous)
+
+
+def test_hopper_mxfp4_tiles_with_n_contiguous_scales():
+    # bench/results/2026-12-01k-probes: measured with scales N-contiguous (prepare_expert_weights' layout).
+    def tile(flags):
+        return _tile(flags)[:5] + (flags.maxnreg,)
+    w1, w2, deepseek = (5760, 2880, 128, 4), (2880, 2880, 128, 4), (4096, 7168, 256, 8)
+    wide, narrow = (16, 256, 128, 8, 3, 96), (16, 128, 128, 4, 3, None)
+    # fewer rows than experts and K=2880: 16x256 with 96 registers, unless its tiles leave half the SMs idle
+    assert tile(_hopper_mxfp4(w1[0], w1[1], 1, *w1[2:])) == wide          # 4 experts x 23 tiles
+    assert tile(_hopper_mxfp4(w2[0], w2[1], 1, *w2[2:])) == narrow        # 4 experts x 12 tiles < 132 / 2
+    assert tile(_hopper_mxfp4(w1[0], w1[1], 8, *w1[2:])) == wide
+    assert tile(_hopper_mxfp4(w2[0], w2[1], 8, *w2[2:])) == wide
+    assert tile(_hopper_mxfp4(deepseek[0], deepseek[1], 8, *deepseek[2:])) == narrow  # K a multiple of 128
+    for tokens in (32, 256):
+        assert tile(_hopper_mxfp4(w1[0], w1[1], tokens, *w1[2:])) == narrow
+    assert tile(_hopper_mxfp4(w1[0], w1[1], 2048, *w1[2:])) == (64, 256, 128, 8, 3, 120)
+    assert tile(_hopper_mxfp4(w1[0], w1[1], 8192, *w1[2:])) == (128, 256, 128, 8, 4, None)
+    # K-contiguous scales keep their own tiles
+    assert _tile(_hopper_mxfp4(w1[0], w1[1], 8, *w1[2:], scales_n_contiguous=False)) == (16, 128, 64, 8, 4, True)
+    assert _tile(_hopper_mxfp4(w1[0], w1[1], 2048, *w1[2:], scales_n_contiguous=False)) == (64, 256, 64, 8, 3,
+                                                                                              False)
+
+
+def test_a_constrained_tile_drops_the_heuristic_register_cap():
+    def flags(constraints):
+        return _hopper_mxfp4(5760, 2880, 2048, 128, 4, constraints=tuple(sorted(constraints.items())))
+    assert flags({}).maxnreg == 120
+    assert flags({"block_k": 64}).maxnreg is None  # the cap was measured for the heuristic's tile only
+    assert flags({"block_k": 64, "maxnreg": 128}).maxnreg == 128
+    assert flags({"split_k": 1}).maxnreg == 120  # not a tile key
+    invariant = make_opt_flags(2, 1, 8192, 5760, 2880, 1, 128, 64, True, 132, "hopper", bitwise_invariant=True,
+                               mx_scales_n_contiguous=True)
+    assert (invariant.block_m, invariant.maxnreg) == (128, None)  # enforce_bitwise_invariance's 128-row tile
+
+
+def test_matmul_picks_hopper_tiles_by_the_scales_layout(monkeypatch):
+    # 256 dense rows of hopper-layout mxfp4: 128x256x128 with N-contiguous scales, 64x256x64 with K-contiguous.
+    import torch
+
+    import ogsgen
+    from ogsgen.numerics import quantize_mx_torch
+    from ogsgen.numerics.layouts import swizzle_mx_values
+    from ogsgen.runtime import launcher, matmul
+
+    launches = []
+    monkeypatch.setattr(launcher, "launch", lambda kernel, grid, args, verify=None, compiling=None, **options:
+                        launches.append((args["BLOCK_M"], args["BLOCK_N"], args["BLOCK_K"], options)))
+    monkeypatch.setattr(matmul, "_interpreting", lambda: True)  # CPU tensors accepted; nothing runs
+    values, scales = quantize_mx_torch(torch.randn(256, 256).mT.contiguous(), "e2m1", axis=-1)  # (N, K // 32)
+    w = swizzle_mx_values(values.mT, capability=(9, 0))
+    x = torch.randn(256, 256).bfloat16()
+    for weight_scale in (scales.mT.contiguous(), scales.mT):
+        ogsgen.matmul_ogs(x, w, None, precision_config=ogsgen.PrecisionConfig(weight_scale=weight_scale))
+    assert launches[0][:3] == (128, 256, 128) and launches[0][3]["num_warps"] == 8
+    assert launches[1][:3] == (64, 256, 64) and "maxnreg" not in launches[1][3]

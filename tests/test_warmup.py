@@ -47,7 +47,8 @@ def test_reachable_flags_include_what_real_calls_choose(name, shapes):
     for rows, n, k, n_expts, per_expert in shapes:
         flags = make_opt_flags(variant.x.torch_dtype.itemsize, 1, rows, n, k, variant.reduction_n, n_expts,
                                per_expert, not variant.scatter, H200_SMS, w_mx_layout,
-                               persistent_blocker=None if variant.has_persistent_kernel else "none")
+                               persistent_blocker=None if variant.has_persistent_kernel else "none",
+                               mx_scales_n_contiguous=w_mx_layout is not None)  # prepare_expert_weights' scales
         assert replace(flags, split_k=min(flags.split_k, 2)) in reachable, (rows, n, k, flags)
 
 

@@ -8,7 +8,8 @@ Run it with the Triton release of the GPU machine (its ptxas decides). Each case
 captured arguments go through Triton's own binder for an sm_90 target, so the binary is specialized as a
 launch on the H200 would specialize it (dtypes, 16-byte alignment, integers equal to 1 or multiples of 16,
 EVEN_K), then compiled, disassembled and checked by ``ogsgen.runtime.wgmma_hazards``. Writes
-DIR/offline_sm90_check.csv: per case and tile, each kernel launched, its hazards and shared memory (over
+DIR/offline_sm90_check.csv: per case and tile, each kernel launched, its hazards, registers/stack bytes per
+thread and shared memory (over
 227 KiB, the launch would fail). It says which tiles the shipped path runs asynchronously; only a GPU says
 how fast they are. A tile ending in ``w`` is compiled as its waiting kernel (as matmul_ogs compiles it).
 The kernels are told they compile for sm_90 (``ogsgen.numerics.jit.compiling_for``), so they choose the PTX an
@@ -19,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 if os.environ.get("TRITON_INTERPRET") == "1":
@@ -72,13 +76,24 @@ def captured_launches(call, tile):
         (kernel, grid, args, options))
     matmul._interpreting = lambda: True  # CPU tensors are accepted; kernels are still the compiled ones
     try:
-        keys = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "wait_mma")
-        constraints = dict(zip(keys, tile or ()))
-        with ogsgen.opt_flags_constraints(**constraints):
+        with ogsgen.opt_flags_constraints(**(tile or {})):
             call()
     finally:
         launcher.launch, matmul._interpreting = real_launch, real_interpreting
     return launches
+
+
+def registers_of(cubin: bytes) -> str:
+    """"registers/stack bytes" per thread of a cubin's kernel (cuobjdump's resource usage; no GPU needed)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        usage = subprocess.run([knobs.nvidia.cuobjdump.path, "-res-usage", f.name], check=True, capture_output=True,
+                               text=True).stdout
+    finally:
+        os.remove(f.name)
+    registers, stack = re.search(r"REG:(\d+)", usage)[1], re.search(r"STACK:(\d+)", usage)[1]
+    return f"{registers}/{stack}"
 
 
 def compile_for_sm90(kernel, args: dict, options: dict):
@@ -100,7 +115,7 @@ def main():
     parser.add_argument("--format", default="mxfp4", choices=["mxfp4"])
     parser.add_argument("--cases", nargs="+", required=True, help='"shape:tokens", shapes as in bench_moe')
     parser.add_argument("--tiles", nargs="+", default=[],
-                        help="BMxBNxBKxWARPSxSTAGES, a trailing w for the waiting kernel (and the heuristic's)")
+                        help="BMxBNxBKxWARPSxSTAGES[w][rMAXNREG] as in tile_sweep.py (and the heuristic's)")
     parser.add_argument("--max-experts", type=int, default=32)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -120,7 +135,8 @@ def main():
                     shared = compiled.metadata.shared
                     row.update(kernel=kernel.__name__, launch_tile="x".join(str(kernel_args[p]) for p in (
                         "BLOCK_M", "BLOCK_N", "BLOCK_K")) + f"x{options['num_warps']}x{options['num_stages']}",
-                        even_k=kernel_args["EVEN_K"], hazards=len(hazards), shared=shared,
+                        even_k=kernel_args["EVEN_K"], hazards=len(hazards), regs=registers_of(compiled.asm["cubin"]),
+                        shared=shared,
                         fits=shared <= H200_SHARED_LIMIT)
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"

@@ -1,6 +1,6 @@
 """Probe: which launch parameters the matmul_ogs kernels want on this GPU, per shape and weight format.
 
-    PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|mxfp4|mxfp4-strided]
+    PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|mxfp4|mxfp4-strided|mxfp4-kscales]
         [--cases "gpt-oss w1:256" ...] [--tiles 16x256x128x8x3 16x256x128x8x3w ...]
 
 Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
@@ -11,7 +11,8 @@ heuristic in ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTE
 ``replaced_by``: the MX binary had ptxas's wgmma register hazard, and the call ran this instead ("wait": the
 tile's waiting kernel; a tile: a fallback tile of the heuristic's, "-wait" if it waits; see
 ogsgen.runtime.wgmma_hazards). A tile asked for here has no fallback tiles: its own binary or waiting kernel.
-A tile ending in "w" asks for the waiting kernel itself (``wait_mma``), hazard or not.
+A tile ending in "w" asks for the waiting kernel itself (``wait_mma``), hazard or not; "r128" caps ptxas at
+128 registers per thread (``maxnreg``).
 """
 from __future__ import annotations
 
@@ -46,21 +47,30 @@ MX_CASES = [("gpt-oss w1", 1), ("gpt-oss w1", 256), ("gpt-oss w2", 256), ("gpt-o
 
 def sweep(weight_format, cases=None, tiles=None):
     """(case, size, tiles) to time for a weight format (``cases``, ``tiles``: replace the built-in lists)."""
+    def builtin(tile_list):
+        return [parse_tile("x".join(map(str, tile))) for tile in tile_list]
     if weight_format == "bf16":
-        return [(name, size, tiles or TILES) for name, size in cases or CASES]
-    return [(name, size, tiles or (MX_DECODE_TILES if size <= 256 else MX_LARGE_TILES))
+        return [(name, size, tiles or builtin(TILES)) for name, size in cases or CASES]
+    return [(name, size, tiles or builtin(MX_DECODE_TILES if size <= 256 else MX_LARGE_TILES))
             for name, size in cases or MX_CASES]
 
 
 def parse_tile(text):
-    """"16x128x128x8x3" -> (16, 128, 128, 8, 3); a trailing "w" adds wait_mma=True."""
+    """"16x128x128x8x3" -> its opt_flags_constraints; a trailing "w" adds wait_mma=True, "r128" maxnreg=128."""
+    text, _, maxnreg = text.partition("r")
     waits = text.endswith("w")
-    tile = tuple(int(v) for v in text.removesuffix("w").split("x"))
-    return (*tile, True) if waits else tile
+    constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"),
+                           (int(v) for v in text.removesuffix("w").split("x"))))
+    if waits:
+        constraints["wait_mma"] = True
+    if maxnreg:
+        constraints["maxnreg"] = int(maxnreg)
+    return constraints
 
 
 def tile_name(tile):
-    return "x".join(map(str, tile[:5])) + ("w" if tile[5:] == (True,) else "")
+    return ("x".join(str(tile[key]) for key in ("block_m", "block_n", "block_k", "num_warps", "num_stages"))
+            + ("w" if tile.get("wait_mma") else "") + (f"r{tile['maxnreg']}" if "maxnreg" in tile else ""))
 
 
 def case_fn(name, size, weight_format):
@@ -76,9 +86,9 @@ def case_fn(name, size, weight_format):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--format", default="bf16", choices=["bf16", "mxfp4", "mxfp4-strided"])
+    parser.add_argument("--format", default="bf16", choices=["bf16", "mxfp4", "mxfp4-strided", "mxfp4-kscales"])
     parser.add_argument("--cases", nargs="+", help='MoE cases as "shape:tokens" (default: the built-in list)')
-    parser.add_argument("--tiles", nargs="+", help="tiles as BMxBNxBKxWARPSxSTAGES[w] (default: the built-in list)")
+    parser.add_argument("--tiles", nargs="+", help="tiles as BMxBNxBKxWARPSxSTAGES[w][rMAXNREG] (default: the built-in list)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cases = [(c.rsplit(":", 1)[0], int(c.rsplit(":", 1)[1])) for c in args.cases] if args.cases else None
@@ -94,9 +104,8 @@ def main():
                 if tile is None:
                     run = fn
                 else:
-                    constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages", "wait_mma"),
-                                           tile))
-                    if name != "dense" and tile[0] > 128:
+                    constraints = tile
+                    if name != "dense" and tile["block_m"] > 128:
                         raise ValueError("ragged rows take block_m <= 128")
 
                     def run(constraints=constraints):

@@ -13,7 +13,8 @@ rows. Of each 16 x 16 block of such an operand, a thread holds rows r and r + 8 
 
 Words are int32 ``(..., ceil(N / 16), K_padded * 2)``: per 16-column slab of N, K padded to whole 64-row groups,
 and per group 128 words in the order (r, t, j), j the group's 16-row block: a thread's words of a group are 16
-adjacent bytes, one vector load. Scales keep their strided layout (a word never crosses a 32-row scale block).
+adjacent bytes, one vector load. Scales are not swizzled (a word never crosses a 32-row scale block); the kernels
+read them fastest N-contiguous, as ``prepare_expert_weights`` stores them.
 The layout does not depend on the kernel's warp count or tile shape, beyond tiles of whole slabs and groups.
 """
 from __future__ import annotations
@@ -124,7 +125,8 @@ def swizzle_mx_values(values: torch.Tensor, layout: str = "hopper", capability=N
     """Strided mxfp4 values (..., K // 2, N) uint8 -> the same values in ``layout``.
 
     ``capability``: the GPU the layout is for (default: the values' CUDA device; (9, 0) on the CPU).
-    The scales (``precision_config.weight_scale``) stay as they are.
+    The scales (``precision_config.weight_scale``) stay as they are; pass them N-contiguous
+    (``scales.mT.contiguous()`` for ``quantize_mx``'s) for the fastest tiles on Hopper.
     """
     if layout != "hopper":
         raise SpecError(f"layout must be 'hopper' (the only swizzled mxfp4 layout), got {layout!r}")

@@ -19,7 +19,7 @@ from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan
 from . import loader, plans, wgmma_hazards
-from .opt_flags import current_constraints, make_opt_flags, reduce_tile, row_tiles
+from .opt_flags import OptFlags, current_constraints, make_opt_flags, reduce_tile, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 
 _MAX_GRID_Y = 65535
@@ -447,7 +447,15 @@ def _matmul_launch(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
         args.update(EPILOGUE_FN=call.epi.specs.fn,
                     **_fn_args("epilogue", call.epi.specs, call.epi.fn_arg_values_matmul))
     kernel = loader.kernel_for(variant, persistent=flags.persistent)
-    return kernel, grid, args, dict(num_warps=flags.num_warps, num_stages=flags.num_stages)
+    return kernel, grid, args, launch_options(flags)
+
+
+def launch_options(flags: OptFlags) -> dict:
+    """Triton's compile options for these flags."""
+    options = dict(num_warps=flags.num_warps, num_stages=flags.num_stages)
+    if flags.maxnreg is not None:
+        options["maxnreg"] = flags.maxnreg
+    return options
 
 
 @lru_cache(maxsize=None)
@@ -765,9 +773,11 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                  scatter_indx is None and y_acc_in is None, n_sms,
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
-    flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x))
+    scales_n_contiguous = w_fmt.scaling == "block_e8m0" and pc.weight_scale.stride(-1) == 1
+    flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x), scales_n_contiguous)
     if flags.persistent and (tma_blocker := _tma_blocker(x, w, gather_indx is not None)) is not None:
-        flags = make_opt_flags(*flag_args, tma_blocker)  # the tiled kernel, or the error if persistent was forced
+        # the tiled kernel, or the error if persistent was forced
+        flags = make_opt_flags(*flag_args, tma_blocker, scales_n_contiguous)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     if other_device:

@@ -27,6 +27,9 @@ class OptFlags:
     split_k: int = 1
     persistent: bool = False  # the variant's persistent TMA kernel (one program per SM) instead of one per tile
     wait_mma: bool = False    # MX weights: each K step's wgmma completes before the next (see wgmma_hazards)
+    # ptxas's register cap per thread (Triton's maxnreg), None for its own choice: fewer registers, more
+    # resident warps per SM (65536 registers each)
+    maxnreg: int | None = None
     # MX weights: tiles (block_n, block_k, num_warps, num_stages, wait_mma), same block_m, tried in this order
     # when this tile's binary has the wgmma register hazard; the first whose binary is clean and fits runs, else
     # this tile's waiting kernel.
@@ -46,6 +49,7 @@ class OptFlags:
 CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
 _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
 _BOOLEAN_KEYS = ("persistent", "wait_mma")
+_TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
 _FALLBACK_TILE_KEYS = ("block_n", "block_k", "num_warps", "num_stages", "wait_mma")
 _constraints: contextvars.ContextVar[tuple] = contextvars.ContextVar("ogsgen_opt_flags_constraints", default=())
 
@@ -55,7 +59,8 @@ def opt_flags_constraints(**constraints):
     """Force some opt flags for the ``matmul_ogs`` calls made inside the ``with`` block.
 
     Example: ``with ogsgen.opt_flags_constraints(block_m=64, num_warps=4): matmul_ogs(...)``.
-    Blocks nest; inner values win.
+    Blocks nest; inner values win. A constrained tile (block sizes, warps, stages) drops the heuristic's
+    register cap (``maxnreg``), which was measured for the heuristic's tile, unless maxnreg is given too.
     """
     for key, value in constraints.items():
         if key not in CONSTRAINT_KEYS:
@@ -81,12 +86,17 @@ def _check_constraint(name: str, key: str, value) -> None:
         if not isinstance(value, bool):
             raise InapplicableConstraint(f"opt_flags_constraints: {name} must be True or False, got {value!r}")
         return
+    if key == "maxnreg" and value is None:
+        return
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InapplicableConstraint(f"opt_flags_constraints: {name} must be a positive int, got {value!r}")
     if key in _POWER_OF_TWO_KEYS and value & (value - 1):
         raise InapplicableConstraint(f"opt_flags_constraints: {name} must be a power of two, got {value}")
     if key.startswith("block_") and value < 16:
         raise InapplicableConstraint(f"opt_flags_constraints: {name} must be at least 16 (tl.dot), got {value}")
+    if key == "maxnreg" and not 24 <= value <= 255:
+        raise InapplicableConstraint(f"opt_flags_constraints: {name} must be a register count from 24 to 255 "
+                                     f"(ptxas's range), got {value}")
 
 
 def current_constraints() -> tuple:
@@ -104,14 +114,14 @@ def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
 
 
 def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout,
-               can_persist) -> OptFlags:
+               can_persist, mx_scales_n_contiguous) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32.
     block_k = max(16, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
-    wait_mma = False
+    wait_mma, maxnreg = False, None
     if itemsize == 2 and w_mx_layout is None and block_m == 16:
         # Decode rows with 16-bit W: two warpgroups per 16x128 tile stream W faster, measured on the H200
         # (bench/results/2026-12-01e-probes/tile_sweep_bf16_decode*.csv): T=1 15% faster on gpt-oss (w1 40.3 ->
@@ -152,7 +162,12 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         #   warps: gpt-oss w1 T=1/8/32 31.2 -> 28.5, 143 -> 129, 327 -> 322 us, w2 T=8/32 86 -> 74, 172 -> 167.
         #   With 2 or 8 rows per expert (T=64, 256) 16x128x128 stays 1-9% faster than any of them, and with K a
         #   multiple of 128 (DeepSeek-V3's 7168) it is 3-13% faster at T=8/32.
-        if rows <= 1 and k % 128:
+        # Those tiles were measured with scales stored K-contiguous; scales stored N-contiguous (as
+        # prepare_expert_weights stores them) have tiles of their own below.
+        if mx_scales_n_contiguous:
+            block_m, block_n, block_k, num_warps, num_stages, maxnreg = _hopper_mxfp4_tile(
+                m, n, k, n_expts, n_sms, block_m)
+        elif rows <= 1 and k % 128:
             block_m, block_n, block_k, num_warps, num_stages, wait_mma = 16, 128, 64, 8, 4, True
         elif block_m <= 32:
             block_n, block_k, num_warps, num_stages = 128, 128, 4, 3
@@ -165,7 +180,33 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     if can_split and n_sms and 2 * tiles <= n_sms and k_tiles >= 16:
         split_k = max(1, min(n_sms // tiles, k_tiles // 8, 8))
     return OptFlags(block_m, block_n, block_k, group_m=8, num_warps=num_warps, num_stages=num_stages,
-                    split_k=split_k, wait_mma=wait_mma)
+                    split_k=split_k, wait_mma=wait_mma, maxnreg=maxnreg)
+
+
+def _hopper_mxfp4_tile(m, n, k, n_expts, n_sms, block_m):
+    """(block_m, block_n, block_k, num_warps, num_stages, maxnreg) of hopper-layout mxfp4 weights whose scales
+    are N-contiguous: each K step then reads its scales as whole 32-byte sectors (K-contiguous scales read a
+    sector per column for 2-4 useful bytes, Nsight Compute: 23-41% of a decode kernel's sectors wasted).
+    Measured on the H200 (bench/probes/tile_sweep.py --format mxfp4, bench/results/2026-12-01k-probes):
+    - 16 rows: 16x128x128/4 warps/3 stages, within 2% of the best tile at T=32..256 on gpt-oss and DeepSeek-V3
+      and at T=1 on gpt-oss w2 and DeepSeek-V3. With fewer rows than experts and K no multiple of 128
+      (gpt-oss T=1, 8), 16x256x128/8 warps capped at 96 registers (2 CTAs per SM) is 10-17% faster (w1 T=8
+      106 -> 96 us, w2 T=8 76 -> 65, w1 T=1 28 -> 23), unless its tiles would leave half the SMs idle (w2 T=1:
+      48 tiles, 21% slower).
+    - 64 rows: 64x256x128/8 warps/3 stages capped at 120 registers (2 CTAs per SM, 4-20 bytes spilled) is
+      10-45% faster than 64x256x64 (T=2048 gpt-oss w1 1069 -> 952 us, w2 945 -> 524, DeepSeek-V3 3488 -> 3075).
+    - 128 rows: 128x256x128/8 warps/4 stages, 7-40% faster than the 64-row tiles (T=8192 gpt-oss w1 3005 ->
+      2791 us, w2 2707 -> 1615, DeepSeek-V3 10101 -> 9038).
+    """
+    if block_m <= 32:
+        fewer_rows_than_experts = n_expts is not None and m < n_expts
+        wide_tiles = min(m, n_expts or m) * triton.cdiv(n, 256)
+        if fewer_rows_than_experts and k % 128 and (n_sms is None or 2 * wide_tiles >= n_sms):
+            return 16, 256, 128, 8, 3, 96
+        return block_m, 128, 128, 4, 3, None
+    if block_m == 64:
+        return 64, 256, 128, 8, 3, 120
+    return 128, 256, 128, 8, 4, None
 
 
 @lru_cache(maxsize=1024)
@@ -179,7 +220,8 @@ def reduce_tile(n: int, reduction_n: int) -> tuple[int, int, int]:
 def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_n: int, n_expts: int | None,
                    tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx_layout: str | None = None,
                    bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = (),
-                   persistent_blocker: str | None = "no persistent kernel was asked for") -> OptFlags:
+                   persistent_blocker: str | None = "no persistent kernel was asked for",
+                   mx_scales_n_contiguous: bool = False) -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
@@ -187,14 +229,19 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     ``bitwise_invariant``: fixed row blocks and no split K, so that a row's result does not depend
     on the rows around it. ``persistent_blocker``: None when the call may use the variant's persistent
     TMA kernel, else why not (the error message for a ``persistent=True`` constraint).
+    ``mx_scales_n_contiguous``: MX scales stored with N contiguous (their tiles differ on Hopper).
     """
     flags = _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
-                       n_sms, w_mx_layout, persistent_blocker is None and not bitwise_invariant)
+                       n_sms, w_mx_layout, persistent_blocker is None and not bitwise_invariant,
+                       mx_scales_n_contiguous)
+    # Tiles changed here drop the heuristic's register cap, which was measured for its own tile.
     if bitwise_invariant:
-        flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4)
-    if y_mx:  # each output tile holds whole 32-column scale blocks
-        flags = replace(flags, block_n=max(flags.block_n, 32 * reduction_n))
+        flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, maxnreg=None)
+    if y_mx and flags.block_n < 32 * reduction_n:  # each output tile holds whole 32-column scale blocks
+        flags = replace(flags, block_n=32 * reduction_n, maxnreg=None)
     constrained = dict(constraints)
+    if "maxnreg" not in constrained and any(key in constrained for key in _TILE_KEYS):
+        constrained["maxnreg"] = None  # the heuristic's register cap belongs to its own tile
     flags = replace(flags, **constrained)
     operands = (itemsize, reduction_n, w_mx_layout, y_mx)
     if (problem := _tile_problem(flags, *operands)) is not None:

@@ -12,8 +12,8 @@ specialize on, so no batch size compiles anything afterwards.
 
 The routing kernels (histogram, ragged metadata) are warmed for up to 1024 experts.
 
-Not covered, compiled on first use: N or K not a multiple of 16, operands with other strides,
-enforce_bitwise_invariance, and custom functions whose runtime arguments are not floats (such calls
+Not covered, compiled on first use: N or K not a multiple of 16, operands with other strides (MX scales
+K-contiguous among them: Hopper gives them tiles of their own), enforce_bitwise_invariance, and custom functions whose runtime arguments are not floats (such calls
 are reported as failed, the rest goes on).
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
 # expert when ragged), N (narrow ones only for dense calls with plain weights: routers), K, and expert
 # counts (few experts leave SMs idle where many fill them, which flips the wide-tile and split-K rules).
 _ROWS = (1, 8, 16, 32, 64, 128, 512, 4096, 65536)
+_SPARSE_ROWS = 0.25  # ragged: a quarter row per expert (decode, fewer rows than experts), an extra rows class
 _NS, _NARROW_NS = (512, 8192), (16, 32, 64)
 _KS = (128, 512, 2880, 8192)  # 2880 (gpt-oss): no multiple of 128, which hopper mxfp4 decode tiles look at
 _EXPERTS = (8, 128)
@@ -51,7 +52,8 @@ class WarmupCall:
     def describe(self) -> str:
         f = self.flags
         return (f"{canonical_name(self.variant)} {f.block_m}x{f.block_n}x{f.block_k} w{f.num_warps} s{f.num_stages}"
-                f"{f' split{f.split_k}' if f.split_k > 1 else ''}{' persistent' if f.persistent else ''} K={self.k}")
+                f"{f' split{f.split_k}' if f.split_k > 1 else ''}{' persistent' if f.persistent else ''}"
+                f"{f' maxnreg{f.maxnreg}' if f.maxnreg else ''} K={self.k}")
 
     def run(self, device) -> None:
         from ..moe.routing import routing
@@ -123,15 +125,18 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
     seen = {}
     router_like = not variant.ragged and variant.w.scaling == "none"
     ns = _NS + _NARROW_NS if router_like else _NS
-    for rows, n, k, experts in itertools.product(_ROWS, ns, _KS, _EXPERTS if variant.ragged else (None,)):
+    row_classes = (_SPARSE_ROWS, *_ROWS) if variant.ragged else _ROWS
+    for rows, n, k, experts in itertools.product(row_classes, ns, _KS, _EXPERTS if variant.ragged else (None,)):
         if n % variant.reduction_n or (y_mx and n // variant.reduction_n < 32):
             continue
         if variant.ragged:
-            args = (rows * experts, n, k, variant.reduction_n, experts, rows)
+            args = (int(rows * experts), n, k, variant.reduction_n, experts, max(1, int(rows)))
         else:
             args = (rows, n, k, variant.reduction_n, None, 0)
+        # MX scales as prepare_expert_weights stores them: N-contiguous
         flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx,
-                               persistent_blocker=persistent_blocker)
+                               persistent_blocker=persistent_blocker,
+                               mx_scales_n_contiguous=w_mx_layout is not None)
         # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
         seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
     return list(seen)
