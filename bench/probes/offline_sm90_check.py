@@ -1,7 +1,7 @@
 """Probe, no GPU needed: which launch parameters give an MX kernel ptxas's in-flight wgmma register hazard.
 
     PYTHONPATH=. python bench/probes/offline_sm90_check.py --out DIR --cases "gpt-oss w1:8192" ... \
-        --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4]
+        --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4|mxfp4-kscales] [--sass]
 
 Run it with the Triton release of the GPU machine (its ptxas decides). Each case's call goes through
 ``ogsgen.matmul_ogs`` on CPU tensors of the real shapes with the launch captured (no kernel runs); the
@@ -9,7 +9,7 @@ captured arguments go through Triton's own binder for an sm_90 target, so the bi
 launch on the H200 would specialize it (dtypes, 16-byte alignment, integers equal to 1 or multiples of 16,
 EVEN_K), then compiled, disassembled and checked by ``ogsgen.runtime.wgmma_hazards``. Writes
 DIR/offline_sm90_check.csv: per case and tile, each kernel launched, its hazards, registers/stack bytes per
-thread and shared memory (over
+thread, its K loop's instruction mix (count per opcode) and shared memory (over
 227 KiB, the launch would fail). It says which tiles the shipped path runs asynchronously; only a GPU says
 how fast they are. A tile ending in ``w`` is compiled as its waiting kernel (as matmul_ogs compiles it).
 The kernels are told they compile for sm_90 (``ogsgen.numerics.jit.compiling_for``), so they choose the PTX an
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections import Counter
 import subprocess
 import sys
 import tempfile
@@ -53,17 +54,19 @@ def case_call(name: str, tokens: int, weight_format: str, max_experts: int):
     """A function running the case's ``matmul_ogs`` call on CPU tensors of its shapes (contents unused). Beyond
     ``max_experts`` experts, fewer experts and tokens with the same rows per expert: the same launch parameters
     and binaries (no kernel specializes on either count), a fraction of the memory."""
-    if weight_format != "mxfp4":
-        raise SystemExit("only --format mxfp4 (the hopper layout) is checked: the other kernels read W from "
-                         "shared memory")
+    if weight_format not in ("mxfp4", "mxfp4-kscales"):
+        raise SystemExit("only the hopper layout is checked (--format mxfp4 or mxfp4-kscales): the other kernels "
+                         "read W from shared memory")
     n_expts, top_k, k, n, mode = MOE_SHAPES[name]
     if n_expts > max_experts:
         tokens, n_expts = max(1, tokens * max_experts // n_expts), max_experts
     rd, gi, si = routing_torch(torch.randn(tokens, n_expts), top_k)
     x = torch.empty((tokens if mode == "gather" else tokens * top_k), k, dtype=torch.bfloat16)
-    # Stored as bench_moe stores them (K-contiguous, as quantize_mx makes them along K): strides are specialized.
+    # Stored as bench_moe stores them (strides are specialized): scales N-contiguous, or K-contiguous as
+    # quantize_mx makes them along K for mxfp4-kscales.
     w = swizzle_mx_values(torch.zeros(n_expts, n, k // 2, dtype=torch.uint8).mT, capability=(9, 0))
-    pc = ogsgen.PrecisionConfig(weight_scale=torch.zeros(n_expts, n, k // 32, dtype=torch.uint8).mT)
+    scales = torch.zeros(n_expts, n, k // 32, dtype=torch.uint8).mT
+    pc = ogsgen.PrecisionConfig(weight_scale=scales if weight_format == "mxfp4-kscales" else scales.contiguous())
     kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si, gammas=rd.gate_scal.float())
     return lambda: ogsgen.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs)
 
@@ -81,6 +84,13 @@ def captured_launches(call, tile):
     finally:
         launcher.launch, matmul._interpreting = real_launch, real_interpreting
     return launches
+
+
+def k_loop_mix(sass: str) -> str:
+    """The K loop (the longest loop issuing wgmmas): its instruction count, then the count per opcode."""
+    body = max((b for b in wgmma_hazards.loops(sass) if any("HGMMA" in text for _, text in b)), key=len)
+    opcodes = Counter(re.sub(r"^@!?U?P[T0-9]+\s+", "", text).split()[0].split(".")[0] for _, text in body)
+    return f"{len(body)}: " + " ".join(f"{op} {n}" for op, n in opcodes.most_common())
 
 
 def registers_of(cubin: bytes) -> str:
@@ -112,7 +122,8 @@ def compile_for_sm90(kernel, args: dict, options: dict):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--format", default="mxfp4", choices=["mxfp4"])
+    parser.add_argument("--format", default="mxfp4", choices=["mxfp4", "mxfp4-kscales"])
+    parser.add_argument("--sass", action="store_true", help="also write each kernel's SASS listing to DIR")
     parser.add_argument("--cases", nargs="+", required=True, help='"shape:tokens", shapes as in bench_moe')
     parser.add_argument("--tiles", nargs="+", default=[],
                         help="BMxBNxBKxWARPSxSTAGES[w][rMAXNREG] as in tile_sweep.py (and the heuristic's)")
@@ -131,12 +142,15 @@ def main():
                     if "WAIT_MMA" not in kernel.arg_names:
                         continue  # the scatter's reduce kernel: no wgmma
                     compiled = compile_for_sm90(kernel, kernel_args, options)
-                    hazards = wgmma_hazards.find_hazards(wgmma_hazards.sass_of(compiled.asm["cubin"]))
+                    sass = wgmma_hazards.sass_of(compiled.asm["cubin"])
+                    hazards = wgmma_hazards.find_hazards(sass)
+                    if args.sass:
+                        (args.out / f"{case.replace(' ', '_').replace(':', '_')}_{row['tile']}.sass").write_text(sass)
                     shared = compiled.metadata.shared
                     row.update(kernel=kernel.__name__, launch_tile="x".join(str(kernel_args[p]) for p in (
                         "BLOCK_M", "BLOCK_N", "BLOCK_K")) + f"x{options['num_warps']}x{options['num_stages']}",
                         even_k=kernel_args["EVEN_K"], hazards=len(hazards), regs=registers_of(compiled.asm["cubin"]),
-                        shared=shared,
+                        shared=shared, k_loop=k_loop_mix(sass),
                         fits=shared <= H200_SHARED_LIMIT)
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"

@@ -75,20 +75,28 @@ def _written_registers(instruction: str) -> set[int]:
     return set()
 
 
-def find_hazards(sass: str) -> list[Hazard]:
-    """Every write to the A registers of an HGMMA that may still be in flight, in nvdisasm's SASS listing."""
+def loops(sass: str) -> list[list[tuple[int, str]]]:
+    """The (address, instruction) lists of each loop in nvdisasm's SASS listing: from a backward branch's target
+    to the branch."""
     instructions = [(int(m[1], 16), m[2]) for m in _INSTRUCTION.finditer(sass)]
     index_of = {address: i for i, (address, _) in enumerate(instructions)}
     labels = {m[1]: int(m[2], 16) for m in _LABEL.finditer(sass)}
-    hazards = []
+    bodies = []
     for i, (address, text) in enumerate(instructions):
         branch = _BRANCH.search(text)
         target = labels.get(branch[1]) if branch else None
-        if target is None or target > address:
-            continue  # not a loop's back edge
+        if target is not None and target <= address:
+            bodies.append(instructions[index_of[target]:i + 1])
+    return bodies
+
+
+def find_hazards(sass: str) -> list[Hazard]:
+    """Every write to the A registers of an HGMMA that may still be in flight, in nvdisasm's SASS listing."""
+    hazards = []
+    for body in loops(sass):
         in_flight: list[tuple[int, set[int]]] = []
         for _ in range(2):  # twice: the second pass sees the wgmmas the first left in flight
-            for at, instruction in instructions[index_of[target]:i + 1]:
+            for at, instruction in body:
                 written = _written_registers(instruction)
                 hazards += [Hazard(hgmma, at, instruction) for hgmma, registers in in_flight if written & registers]
                 if (hgmma := _RS_HGMMA.search(instruction)):
