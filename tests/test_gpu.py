@@ -8,6 +8,7 @@ import torch
 import ogsgen
 from ogsgen.codegen import build
 from ogsgen.moe import routing, routing_torch
+from ogsgen.runtime.opt_flags import TILE_KEYS
 from ogsgen.spec import default_catalog, load_catalog_file
 from cases import run_case, run_moe_case
 
@@ -170,7 +171,7 @@ MX_HOPPER_TILES = [(16, 128, 128, 4, 3), (32, 128, 128, 4, 3), (64, 128, 64, 8, 
 
 @pytest.mark.parametrize("tile", MX_HOPPER_TILES, ids=["x".join(map(str, t)) for t in MX_HOPPER_TILES])
 def test_mxfp4_hopper_tiles_realistic(tile):
-    constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile))
+    constraints = dict(zip(TILE_KEYS, tile))
     with ogsgen.opt_flags_constraints(**constraints):
         run_moe_case(DEFAULT["ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu"], 2048, 5760, 2880,
                      128, 4, "cuda")
@@ -198,7 +199,7 @@ MX_WAITING_TILES = [(16, 128, 128, 4, 3), (16, 128, 128, 8, 3), (16, 128, 64, 8,
     ("w1", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu", 5760, 2880),
     ("w2", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas", 2880, 2880)])
 def test_mxfp4_hopper_waiting_kernels_realistic(tile, label, name, n, k):
-    constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile))
+    constraints = dict(zip(TILE_KEYS, tile))
     with ogsgen.opt_flags_constraints(**constraints, wait_mma=True):
         run_moe_case(DEFAULT[name], 2048, n, k, 128, 4, "cuda")
 

@@ -32,6 +32,7 @@ import bench_moe  # noqa: E402
 
 import ogsgen  # noqa: E402
 from ogsgen.runtime import loader, matmul, wgmma_hazards  # noqa: E402
+from ogsgen.runtime.opt_flags import TILE_KEYS  # noqa: E402
 
 CASES = [("gpt-oss w1", 2048), ("gpt-oss w1", 8192), ("gpt-oss w2", 8192), ("DeepSeek-V3 w1", 8192)]
 TILES = [None, (128, 256, 64, 16, 3), (128, 128, 64, 8, 4)]
@@ -146,7 +147,7 @@ def main():
             for tile in TILES:
                 row = dict(case=f"{name} {tokens}", mode=mode,
                            tile="heuristic" if tile is None else "x".join(map(str, tile)))
-                constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile or ()))
+                constraints = dict(zip(TILE_KEYS, tile or ()))
                 if mode != "async":
                     constraints["wait_mma"] = True
 

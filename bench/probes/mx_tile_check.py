@@ -23,6 +23,7 @@ from cases import run_moe_case  # noqa: E402
 
 import ogsgen  # noqa: E402
 from ogsgen.spec import default_catalog  # noqa: E402
+from ogsgen.runtime.opt_flags import TILE_KEYS  # noqa: E402
 
 TILES = [(64, 128, 64, 8, 4), (128, 256, 64, 16, 3), (128, 256, 64, 16, 2), (128, 128, 64, 8, 4),
          (64, 256, 64, 16, 3), (64, 128, 64, 4, 4)]
@@ -43,7 +44,7 @@ def main():
     rows = []
     for label, name, tokens, n, k, n_expts, k_act in CASES:
         for tile in TILES:
-            constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile))
+            constraints = dict(zip(TILE_KEYS, tile))
             for rep in range(args.reps):
                 row = dict(case=label, tile="x".join(map(str, tile)), rep=rep)
                 try:

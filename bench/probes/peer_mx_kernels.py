@@ -30,6 +30,7 @@ import bench_moe  # noqa: E402
 
 import ogsgen  # noqa: E402
 from ogsgen.runtime import matmul, wgmma_hazards  # noqa: E402
+from ogsgen.runtime.opt_flags import TILE_KEYS  # noqa: E402
 
 CASES = [("gpt-oss w1", 256), ("gpt-oss w1", 8192), ("gpt-oss w2", 8192)]
 
@@ -76,7 +77,7 @@ def main():
         for mode, tile_or_none in (("shipped", None), ("shipped", tile), ("async", None), ("async", tile)):
             row = dict(case=f"{name} {tokens}", impl=f"ogsgen {mode}",
                        tile="heuristic" if tile_or_none is None else "x".join(map(str, tile_or_none)))
-            constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"), tile_or_none or ()))
+            constraints = dict(zip(TILE_KEYS, tile_or_none or ()))
             wgmma_hazards.check_compiled = (lambda compiled: None) if mode == "async" else checked
             matmul._REPLACED.clear()
 

@@ -28,6 +28,7 @@ import bench_moe  # noqa: E402  (the benchmark's case builders)
 
 import ogsgen  # noqa: E402
 from ogsgen.runtime import launcher, matmul  # noqa: E402
+from ogsgen.runtime.opt_flags import TILE_KEYS  # noqa: E402
 
 TILES = [  # block_m, block_n, block_k, num_warps, num_stages
     (128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (128, 256, 64, 8, 4),
@@ -48,7 +49,7 @@ MX_CASES = [("gpt-oss w1", 1), ("gpt-oss w1", 256), ("gpt-oss w2", 256), ("gpt-o
 def sweep(weight_format, cases=None, tiles=None):
     """(case, size, tiles) to time for a weight format (``cases``, ``tiles``: replace the built-in lists)."""
     def builtin(tile_list):
-        return [parse_tile("x".join(map(str, tile))) for tile in tile_list]
+        return [dict(zip(TILE_KEYS, tile)) for tile in tile_list]
     if weight_format == "bf16":
         return [(name, size, tiles or builtin(TILES)) for name, size in cases or CASES]
     return [(name, size, tiles or builtin(MX_DECODE_TILES if size <= 256 else MX_LARGE_TILES))
@@ -59,8 +60,7 @@ def parse_tile(text):
     """"16x128x128x8x3" -> its opt_flags_constraints; a trailing "w" adds wait_mma=True, "r128" maxnreg=128."""
     text, _, maxnreg = text.partition("r")
     waits = text.endswith("w")
-    constraints = dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"),
-                           (int(v) for v in text.removesuffix("w").split("x"))))
+    constraints = dict(zip(TILE_KEYS, (int(v) for v in text.removesuffix("w").split("x"))))
     if waits:
         constraints["wait_mma"] = True
     if maxnreg:
@@ -69,7 +69,7 @@ def parse_tile(text):
 
 
 def tile_name(tile):
-    return ("x".join(str(tile[key]) for key in ("block_m", "block_n", "block_k", "num_warps", "num_stages"))
+    return ("x".join(str(tile[key]) for key in TILE_KEYS)
             + ("w" if tile.get("wait_mma") else "") + (f"r{tile['maxnreg']}" if "maxnreg" in tile else ""))
 
 
@@ -88,7 +88,8 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", default="bf16", choices=["bf16", "mxfp4", "mxfp4-strided", "mxfp4-kscales"])
     parser.add_argument("--cases", nargs="+", help='MoE cases as "shape:tokens" (default: the built-in list)')
-    parser.add_argument("--tiles", nargs="+", help="tiles as BMxBNxBKxWARPSxSTAGES[w][rMAXNREG] (default: the built-in list)")
+    parser.add_argument("--tiles", nargs="+",
+                        help="tiles as BMxBNxBKxWARPSxSTAGES[w][rMAXNREG] (default: the built-in list)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cases = [(c.rsplit(":", 1)[0], int(c.rsplit(":", 1)[1])) for c in args.cases] if args.cases else None

@@ -49,7 +49,7 @@ class OptFlags:
 CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
 _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
 _BOOLEAN_KEYS = ("persistent", "wait_mma")
-_TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
+TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")  # a tile, as constraints name it
 _FALLBACK_TILE_KEYS = ("block_n", "block_k", "num_warps", "num_stages", "wait_mma")
 _constraints: contextvars.ContextVar[tuple] = contextvars.ContextVar("ogsgen_opt_flags_constraints", default=())
 
@@ -240,7 +240,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if y_mx and flags.block_n < 32 * reduction_n:  # each output tile holds whole 32-column scale blocks
         flags = replace(flags, block_n=32 * reduction_n, maxnreg=None)
     constrained = dict(constraints)
-    if "maxnreg" not in constrained and any(key in constrained for key in _TILE_KEYS):
+    if "maxnreg" not in constrained and any(key in constrained for key in TILE_KEYS):
         constrained["maxnreg"] = None  # the heuristic's register cap belongs to its own tile
     flags = replace(flags, **constrained)
     operands = (itemsize, reduction_n, w_mx_layout, y_mx)
