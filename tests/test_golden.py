@@ -22,7 +22,7 @@ ACCEPT = os.environ.get("OGSGEN_ACCEPT_GOLDEN") == "1"
 GOLDEN_DEFAULT = ["ogs_matmul_xbf16_wbf16_ybf16", "ogs_matmul_xbf16_wbf16_ybf16_bias_gammas_act_swiglu",
                   "ogs_matmul_xfp32_wfp32_yfp32_bias", "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu",
                   "ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_bias_gammas",
-                  "ogs_matmul_xbf16_wbf16_yfp32_ragged_gather_bias", "ogs_reduce_xbf16_ybf16_scatter",
+                  "ogs_matmul_xbf16_wbf16_yfp32_ragged_gather_bias", "ogs_reduce_xbf16_ybf16_scatter_gammas",
                   "ogs_reduce_xfp32_ybf16_gammas_act_swiglu",
                   "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_gather_bias_act_swiglu",
                   "ogs_matmul_xfp8e4m3_wfp8e4m3_yfp8e4m3_bias", "ogs_reduce_xfp32_yfp8e4m3"]

@@ -289,7 +289,7 @@ def test_default_catalog_has_the_moe_models_variants():
                  "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_act_swiglu",        # DeepSeek/Qwen w1
                  "ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_gammas",           # DeepSeek/Qwen w2
                  "ogs_matmul_xbf16_wbf16_yfp32",                                 # router logits
-                 "ogs_reduce_xbf16_ybf16_scatter",                               # top-k combine
+                 "ogs_reduce_xbf16_ybf16_scatter_gammas",                        # top-k combine of w2
                  "ogs_matmul_xbf16_wbf16_yfp32_ragged_gather_bias",              # split-K partials of w1
                  "ogs_reduce_xfp32_ybf16_act_swiglu"]:                           # and their reduce
         assert name in DEFAULT, name

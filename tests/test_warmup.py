@@ -92,7 +92,7 @@ def test_after_warmup_a_fresh_process_compiles_nothing(tmp_path):
         from ogsgen.numerics import quantize_mx_torch
         act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
         for tokens, experts, k_act, n, k in [(1, 128, 4, 1024, 512), (37, 64, 2, 768, 1024), (300, 32, 8, 512, 256),
-                                             (2500, 128, 4, 1024, 512)]:
+                                             (2500, 128, 4, 1024, 512), (50, 16, 1, 512, 256)]:
             rd, gi, si = ogsgen.routing(torch.randn(tokens, experts, device="cuda"), k_act)
             x = torch.randn(tokens, k, device="cuda").bfloat16()
             w = torch.randn(experts, k, n, device="cuda").bfloat16()

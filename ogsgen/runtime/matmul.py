@@ -559,14 +559,19 @@ def _mx_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
 
 def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, out: torch.Tensor, *, gammas,
                    epilogue_values, scatter_src=None):
-    """Sum ``parts`` (S, B, M, N) over S into ``out`` (B, M, N // reduction_n), applying what is left."""
-    n_parts, batch, m, n = parts.shape
+    """Sum ``parts`` into ``out`` (B, M, N // reduction_n), applying what is left. Split K: ``parts`` (S, B, M, N)
+    summed over S. A scatter: ``parts`` the matmul's rows (sorted rows, N), ``scatter_src`` (M * S) the sorted row
+    of each token's S gates (-1: dropped)."""
+    batch, m = out.shape[0], out.shape[1]
+    n = parts.shape[-1]
     block_m, block_n, num_warps = reduce_tile(n, variant.reduction_n)
     args = dict(Y=out, stride_y_b=out.stride(0), stride_y_m=out.stride(1), stride_y_n=out.stride(2),
-                X=parts, stride_x_s=parts.stride(0), stride_x_b=parts.stride(1), stride_x_m=parts.stride(2),
-                stride_x_n=parts.stride(3), M=m, N=n, S=n_parts, BLOCK_M=block_m, BLOCK_N=block_n)
+                X=parts, stride_x_m=parts.stride(-2), stride_x_n=parts.stride(-1), M=m, N=n,
+                BLOCK_M=block_m, BLOCK_N=block_n)
     if variant.scatter:
-        args["ScatterSrcIndx"] = scatter_src
+        args.update(ScatterSrcIndx=scatter_src, S=scatter_src.shape[0] // m)
+    else:
+        args.update(stride_x_s=parts.stride(0), stride_x_b=parts.stride(1), S=parts.shape[0])
     if variant.gammas:
         args["Gammas"] = gammas
     if variant.y.scaling == "flexpoint":
@@ -786,11 +791,9 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         if scatter_indx is not None and routing_data.n_expts_act > 1:
             matmul_variant, reduce_variant = topk_plan(variant)
             scratch = plans.new_buffer((m, n_out), matmul_variant.y.torch_dtype, x.device)
-            _launch_matmul(matmul_variant, call, flags, scratch, bias=bias, betas=betas, gammas=gammas,
+            _launch_matmul(matmul_variant, call, flags, scratch, bias=bias, betas=betas, gammas=None,
                            y_acc_in=None, out_alpha=out_alpha)
-            k_act = routing_data.n_expts_act
-            parts = scratch.view(out_rows, k_act, n_out).permute(1, 0, 2).unsqueeze(1)
-            _launch_reduce(reduce_variant, call, parts, _as_3d(y), gammas=None,
+            _launch_reduce(reduce_variant, call, scratch, _as_3d(y), gammas=gammas,
                            epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul,
                            scatter_src=scatter_indx.src_indx)
         elif flags.split_k > 1:

@@ -7,8 +7,10 @@ binary instead of compiling. Warm-up launches every built matmul variant once pe
 the opt-flags heuristic can choose (``reachable_flags``) and per K tail case (``EVEN_K``), through
 ``matmul_ogs`` itself on small inputs whose integers fall in the classes real models give: sizes and
 strides multiples of 16, unit inner strides, aligned buffers, the operand layouts
-``prepare_expert_weights`` makes. Row counts and top-k are runtime arguments the kernels do not
-specialize on, so no batch size compiles anything afterwards.
+``prepare_expert_weights`` makes. Row counts are runtime arguments the kernels do not specialize on, so no
+batch size compiles anything afterwards. Top-k is one: a scatter with k = 1 runs the matmul variant itself, with
+k > 1 its rows go through the top-k reduce, which takes k as a constant (its k rows per token load together);
+warm-up covers k = 1, 2, 4 and 8.
 
 The routing kernels (histogram, ragged metadata) are warmed for up to 1024 experts.
 
@@ -39,7 +41,9 @@ _NS, _NARROW_NS = (512, 8192), (16, 32, 64)
 _KS = (128, 512, 2880, 8192)  # 2880 (gpt-oss): no multiple of 128, which hopper mxfp4 decode tiles look at
 _EXPERTS = (8, 128)
 # Warm-up call sizes: multiples of 16; K_EVEN is a multiple of every block_k, K_TAIL of none above 16.
-_N, _K_EVEN, _K_TAIL, _TOKENS, _CALL_EXPERTS, _TOP_K = 256, 256, 272, 16, 4, 2
+_N, _K_EVEN, _K_TAIL, _TOKENS, _CALL_EXPERTS, _TOP_K = 256, 256, 272, 16, 8, 2
+_SCATTER_TOP_KS = (1, _TOP_K)  # scatters: the direct one, and the top-k reduce's matmul, under every flag set
+_REDUCE_TOP_KS = (4, 8)        # further top-k reduce binaries (the matmul is the same for every k > 1)
 
 
 @dataclass(frozen=True)
@@ -48,12 +52,14 @@ class WarmupCall:
     variant: KernelVariant
     flags: OptFlags
     k: int
+    top_k: int = _TOP_K
 
     def describe(self) -> str:
         f = self.flags
         return (f"{canonical_name(self.variant)} {f.block_m}x{f.block_n}x{f.block_k} w{f.num_warps} s{f.num_stages}"
                 f"{f' split{f.split_k}' if f.split_k > 1 else ''}{' persistent' if f.persistent else ''}"
-                f"{f' maxnreg{f.maxnreg}' if f.maxnreg else ''} K={self.k}")
+                f"{f' maxnreg{f.maxnreg}' if f.maxnreg else ''} K={self.k}"
+                f"{f' top-{self.top_k}' if self.variant.scatter else ''}")
 
     def run(self, device) -> None:
         from ..moe.routing import routing
@@ -63,8 +69,8 @@ class WarmupCall:
         v, n, k = self.variant, _N, self.k
         n_out = n // v.reduction_n
         if v.ragged:
-            rd, gi, si = routing(torch.randn(_TOKENS, _CALL_EXPERTS, device=device), _TOP_K)
-            rows = _TOKENS * _TOP_K
+            rd, gi, si = routing(torch.randn(_TOKENS, _CALL_EXPERTS, device=device), self.top_k)
+            rows = _TOKENS * self.top_k
             x_rows, out_rows = (_TOKENS if v.gather else rows), (_TOKENS if v.scatter else rows)
         else:
             rd = gi = si = None
@@ -144,9 +150,16 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
 
 def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
     """What warm-up runs: the routing kernels when any variant is ragged, then every matmul variant's calls."""
-    routing = [RoutingWarmup(1 << i) for i in range(4, 11)] if any(v.ragged for v in variants) else []
-    return routing + [WarmupCall(v, flags, k) for v in variants if v.family == "matmul"
-                      for flags in reachable_flags(v, n_sms, tma) for k in (_K_EVEN, _K_TAIL)]
+    calls = [RoutingWarmup(1 << i) for i in range(4, 11)] if any(v.ragged for v in variants) else []
+    for v in variants:
+        if v.family != "matmul":
+            continue
+        flag_sets = reachable_flags(v, n_sms, tma)
+        calls += [WarmupCall(v, flags, k, top_k) for flags in flag_sets for k in (_K_EVEN, _K_TAIL)
+                  for top_k in (_SCATTER_TOP_KS if v.scatter else (_TOP_K,))]
+        if v.scatter:
+            calls += [WarmupCall(v, flag_sets[0], _K_EVEN, top_k) for top_k in _REDUCE_TOP_KS]
+    return calls
 
 
 def _gpu(device_index: int) -> tuple[int, bool]:
