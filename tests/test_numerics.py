@@ -85,6 +85,8 @@ def test_persistent_kernel(name, device):
     with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
         if variant.ragged:
             run_moe_case(variant, 23, 64, 40, 4, 2, device)
+            if variant.scatter:  # top-k > 1 runs the plain ragged companion; top-1 scatters directly
+                run_moe_case(variant, 23, 64, 40, 4, 1, device)
             if variant.gather:  # x gathered ahead of the kernel; dropped gates (-1) must not disturb it
                 run_moe_case(variant, 19, 32, 24, 4, 2, device, drop=0.3)
         else:

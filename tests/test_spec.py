@@ -9,7 +9,8 @@ import pytest
 import ogsgen
 from ogsgen.errors import SpecError, UnsupportedError
 from ogsgen.spec import (BF16, FP16, FP32, FP8_E4M3, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, FnSpecs, KernelVariant, NumericFormat,
-                         canonical_name, format_named, variant_product)
+                         canonical_name, companions, format_named, topk_plan, variant_product)
+from ogsgen.spec.catalog import Catalog, _expand, default_catalog
 from ogsgen.spec.functions import function_source_hash
 
 MODULE = '''
@@ -131,6 +132,19 @@ def test_variant_rules():
     assert len(product) == 3  # betas without bias skipped
     with pytest.raises(SpecError, match="unknown features"):
         variant_product([(BF16, BF16, BF16)], biases=(True,))
+
+
+def test_topk_plan_and_catalog_companions():
+    w2 = KernelVariant(BF16, MXFP4_HOPPER, BF16, ragged=True, scatter=True, bias=True, gammas=True)
+    matmul, reduce = topk_plan(w2)
+    # the matmul writes expert-sorted rows (no scatter, no gammas); the reduce gathers, weights and sums them
+    assert canonical_name(matmul) == "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_bias"
+    assert canonical_name(reduce) == "ogs_reduce_xbf16_ybf16_scatter_gammas"
+    catalog = Catalog("test", _expand([w2], "test")).by_name()
+    # companions are expanded transitively: the top-k matmul may split K, so its partials and reduce are built
+    assert {"ogs_matmul_xbf16_wmxfp4hopper_yfp32_ragged_bias", "ogs_reduce_xfp32_ybf16"} <= set(catalog)
+    for variant in default_catalog().variants:
+        assert {canonical_name(c) for c in companions(variant)} <= set(default_catalog().by_name())
 
 
 def test_variant_hash_is_cached_but_not_pickled():

@@ -97,13 +97,18 @@ def default_catalog() -> Catalog:
 
 
 def _expand(variants, source) -> tuple[KernelVariant, ...]:
-    """The variants, their companions (split-K and top-k reduce kernels), sorted by name, once each."""
+    """The variants and, transitively, their companions (split-K and top-k reduce kernels: a top-k scatter's
+    matmul is a variant of its own, which may split K), sorted by name, once each."""
     seen = {}
     for i, variant in enumerate(variants):
         if not isinstance(variant, KernelVariant):
             raise CatalogError(f"{source}: VARIANTS[{i}] is a {type(variant).__name__}, not a KernelVariant")
-        for needed in (variant, *companions(variant)):
-            seen.setdefault(canonical_name(needed), needed)
+        pending = [variant]
+        while pending:
+            needed = pending.pop()
+            if canonical_name(needed) not in seen:
+                seen[canonical_name(needed)] = needed
+                pending += companions(needed)
     return tuple(seen[name] for name in sorted(seen))
 
 
