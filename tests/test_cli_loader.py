@@ -23,6 +23,7 @@ def isolated_loader(monkeypatch, tmp_path):
     """A loader that sees only the package's generated/ plus what the test adds."""
     monkeypatch.setattr(loader, "_extra_dirs", [])
     monkeypatch.setattr(loader, "_kernels", {})
+    monkeypatch.setattr(loader, "_modules_by_sha", {})  # else a file identical to one imported earlier aliases it
     monkeypatch.setattr(loader, "_on_demand", None)
     monkeypatch.delenv("OGSGEN_PATH", raising=False)
     monkeypatch.delenv("OGSGEN_ON_DEMAND", raising=False)
