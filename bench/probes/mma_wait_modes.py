@@ -155,7 +155,7 @@ def main():
                     with ogsgen.opt_flags_constraints(**constraints):
                         return fn()
                 try:
-                    matmul._REPLACED.clear()
+                    matmul.forget_hazard_replacements()
                     rms, largest = bench_moe.relative_errors(run(), reference)
                     ms = do_bench_cudagraph(run, rep=100, return_mode="median")
                     row.update(us=round(ms * 1e3, 1), tflops=round(flops / ms / 1e9, 1), rms_error=f"{rms:.1e}",

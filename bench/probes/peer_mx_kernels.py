@@ -79,7 +79,7 @@ def main():
                        tile="heuristic" if tile_or_none is None else "x".join(map(str, tile_or_none)))
             constraints = dict(zip(TILE_KEYS, tile_or_none or ()))
             wgmma_hazards.check_compiled = (lambda compiled: None) if mode == "async" else checked
-            matmul._REPLACED.clear()
+            matmul.forget_hazard_replacements()
 
             def run(constraints=constraints):
                 with ogsgen.opt_flags_constraints(**constraints):

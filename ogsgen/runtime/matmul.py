@@ -412,6 +412,12 @@ def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch
 _REPLACED: dict = {}
 
 
+def forget_hazard_replacements() -> None:
+    """Forget which launch configurations this process replaced for the wgmma hazard, so that the next call of
+    each checks (and compiles) its own binary again, as a fresh process would."""
+    _REPLACED.clear()
+
+
 def _matmul_launch(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, *, bias, betas, gammas,
                    y_acc_in, out_alpha, split_k: int = 1):
     """(kernel, grid, arguments, options) of the matmul kernel for these flags."""

@@ -70,9 +70,9 @@ class WarmupCall:
         from .matmul import matmul_ogs
         from .types import Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig
 
-        # A process remembers MX binaries replaced for the wgmma hazard per launch configuration, whatever the
-        # specialization; a fresh process checks (compiles) each specialization's own binary first. So must this.
-        matmul._REPLACED.clear()
+        # Replacements are remembered per launch configuration, whatever the specialization; a fresh process
+        # checks (compiles) each specialization's own binary first. So must this call.
+        matmul.forget_hazard_replacements()
 
         v, n, k = self.variant, _N, self.k
         n_out = n // v.reduction_n
