@@ -101,6 +101,8 @@ def moe_cases(name, tokens, weight_format, tk):
         # Scales N-contiguous, as prepare_expert_weights stores them; mxfp4-kscales (a probe): K-contiguous.
         pc = ogsgen.PrecisionConfig(weight_scale=scales.mT if weight_format == "mxfp4-kscales"
                                     else scales.mT.contiguous())
+        if hopper:  # as prepare_expert_weights: scales recorded <= 2 let the upcast take one multiply
+            ogsgen.bound_mx_scales(pc.weight_scale)
         w_bytes = active * k * n // 2
     else:
         w, pc = dense_w, ogsgen.PrecisionConfig()

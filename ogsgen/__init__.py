@@ -5,7 +5,7 @@ from .errors import (CatalogError, InapplicableConstraint, OgsgenError, SpecErro
 from .spec import FnSpecs, KernelVariant, canonical_name, register_activation, register_epilogue, unregister
 from .builtins import swiglu, swiglu_torch  # importing registers the built-in functions
 from .moe import prepare_expert_weights, routing, routing_from_topk
-from .numerics import SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
+from .numerics import SwizzledMxValues, bound_mx_scales, swizzle_mx_values, unswizzle_mx_values
 from .runtime import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OptFlags, OutFlexData,
                       PrecisionConfig, RoutingData, ScatterIndx, add_search_path, matmul_ogs, matmul_ogs_torch,
                       opt_flags_constraints, set_on_demand)
@@ -16,6 +16,6 @@ __all__ = [
     "register_activation", "register_epilogue", "unregister", "swiglu", "swiglu_torch", "Epilogue", "FlexCtx",
     "FusedActivation", "GatherIndx", "InFlexData", "OptFlags", "OutFlexData", "PrecisionConfig", "RoutingData",
     "ScatterIndx", "add_search_path", "matmul_ogs", "matmul_ogs_torch", "opt_flags_constraints", "set_on_demand",
-    "routing", "routing_from_topk", "prepare_expert_weights", "SwizzledMxValues", "swizzle_mx_values",
+    "routing", "routing_from_topk", "prepare_expert_weights", "SwizzledMxValues", "bound_mx_scales", "swizzle_mx_values",
     "unswizzle_mx_values",
 ]

@@ -52,8 +52,10 @@ def test_retired_wgmmas_and_other_registers_are_not_hazards():
     assert len(find_hazards(sass.replace("IADD3 R92, P0, R4, 0x10, RZ", "LDS.128 R88, [R2+0x10]"))) == 1
 
 
-def _compile_offline(name: str, tile, wait_mma: bool, waiting_compile: bool = True, arch: int = 90):
-    """An offline compile of a generated MX kernel for sm_<arch> with Triton's own ptxas (no GPU needed)."""
+def _compile_offline(name: str, tile, wait_mma: bool, waiting_compile: bool = True, arch: int = 90,
+                     small_scales: bool = False):
+    """An offline compile of a generated hopper-layout MX kernel for sm_<arch> with Triton's own ptxas (no GPU
+    needed); ``small_scales``: the one-multiply upcast."""
     import triton
     from triton.backends.compiler import GPUTarget
     from ogsgen.numerics.jit import compiling_for
@@ -65,7 +67,7 @@ def _compile_offline(name: str, tile, wait_mma: bool, waiting_compile: bool = Tr
     signature = {arg: pointers.get(arg, "i32") for arg in kernel.arg_names}
     signature.update(out_alpha="fp32", act_alpha="fp32", act_limit="fp32")
     constants = dict(stride_x_k=1, stride_w_k=1, stride_wmx_k=1, stride_y_n=1, GROUP_M=8, EVEN_K=True,
-                     WAIT_MMA=wait_mma, ACTIVATION_FN=DEFAULT[name].activation.fn,
+                     WAIT_MMA=wait_mma, W_SCALES_AT_MOST_2=small_scales, ACTIVATION_FN=DEFAULT[name].activation.fn,
                      **dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), tile[:3])))
     signature.update({arg: "constexpr" for arg in constants})
     names = list(signature)

@@ -16,6 +16,7 @@ from ..errors import SpecError
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from ..numerics.mx import dequantize_mx_torch
+from ..numerics.scale_bounds import bound_mx_scales
 from ..runtime.types import FlexCtx, InFlexData, PrecisionConfig
 
 FORMATS = ("bf16", "fp16", "fp32", "fp8e4m3", "fp8e5m2", "mxfp4", "mxfp8e4m3", "mxfp8e5m2")
@@ -107,6 +108,7 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         prepared = _prepare_dense(weight, bias, layout, gate_up, format, rounding)
     if format == "mxfp4" and _wants_hopper_layout(value_layout, prepared.w.device):
         prepared.w = swizzle_mx_values(prepared.w)
+        bound_mx_scales(prepared.weight_scale)   # small scales let the hopper upcast take one multiply
     return prepared
 
 

@@ -16,6 +16,7 @@ from ..errors import SpecError, UnsupportedError
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
+from ..numerics.scale_bounds import scales_at_most_2
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan
 from . import loader, plans, wgmma_hazards
@@ -490,6 +491,8 @@ def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch
         args.update(WMxScale=scale, stride_wmx_b=scale.stride(0) if scale.ndim == 3 else 0,
                     stride_wmx_k=scale.stride(-2), stride_wmx_n=scale.stride(-1),
                     WAIT_MMA=flags.wait_mma)
+        if variant.w.layout == "hopper":
+            args["W_SCALES_AT_MOST_2"] = scales_at_most_2(scale)
     if variant.x.scaling == "flexpoint":
         args["XScale"] = flex.lhs_data.scale
     if variant.w.scaling == "flexpoint":
@@ -644,7 +647,8 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
                pc.act_scale, lhs.scale, rhs.scale, out.expected_scale, out.actual_scale, flex.acc_data.scale]
     scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.max_num_imprecise_acc, pc.allow_tf32,
                pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype, rhs.dtype,
-               act.specs, epi.specs, (w.k, w.n, w.layout, w.capability) if swizzled else None,
+               act.specs, epi.specs,
+               (w.k, w.n, w.layout, w.capability, scales_at_most_2(pc.weight_scale)) if swizzled else None,
                routing_data is None, gather_indx is None, scatter_indx is None]
     derived = ()
     if routing_data is not None:

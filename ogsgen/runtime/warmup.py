@@ -10,7 +10,8 @@ strides multiples of 16, unit inner strides, aligned buffers, the operand layout
 ``prepare_expert_weights`` makes. Row counts are runtime arguments the kernels do not specialize on, so no
 batch size compiles anything afterwards. Top-k is one: a scatter with k = 1 runs the matmul variant itself, with
 k > 1 its rows go through the top-k reduce, which takes k as a constant (its k rows per token load together);
-warm-up covers k = 1, 2, 4 and 8.
+warm-up covers k = 1, 2, 4 and 8. Hopper-layout mxfp4 variants are warmed with scales recorded <= 2 (the
+one-multiply upcast, what prepare_expert_weights' scales get) and with unrecorded ones.
 
 The routing kernels (histogram, ragged metadata) are warmed for up to 1024 experts.
 
@@ -56,13 +57,14 @@ class WarmupCall:
     flags: OptFlags
     k: int
     top_k: int = _TOP_K
+    small_scales: bool = False   # hopper mxfp4: scales recorded <= 2 (bound_mx_scales), the one-multiply upcast
 
     def describe(self) -> str:
         f = self.flags
         return (f"{canonical_name(self.variant)} {f.block_m}x{f.block_n}x{f.block_k} w{f.num_warps} s{f.num_stages}"
                 f"{f' split{f.split_k}' if f.split_k > 1 else ''}{' persistent' if f.persistent else ''}"
                 f"{f' maxnreg{f.maxnreg}' if f.maxnreg else ''} K={self.k}"
-                f"{f' top-{self.top_k}' if self.variant.scatter else ''}")
+                f"{f' top-{self.top_k}' if self.variant.scatter else ''}{' small-scales' if self.small_scales else ''}")
 
     def run(self, device) -> None:
         from ..moe.routing import routing
@@ -84,7 +86,7 @@ class WarmupCall:
             rd = gi = si = None
             rows = x_rows = out_rows = 64
         x = torch.randn(x_rows, k, device=device).to(v.x.torch_dtype)
-        w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device)
+        w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device, self.small_scales)
         flex = fields.pop("flex_ctx", FlexCtx())
         ones = torch.ones(1, device=device)
         if v.x.scaling == "flexpoint":
@@ -163,8 +165,9 @@ def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
         if v.family != "matmul":
             continue
         flag_sets = reachable_flags(v, n_sms, tma)
-        calls += [WarmupCall(v, flags, k, top_k) for flags in flag_sets for k in (_K_EVEN, _K_TAIL)
-                  for top_k in (_SCATTER_TOP_KS if v.scatter else (_TOP_K,))]
+        for small_scales in ((True, False) if v.w.layout == "hopper" else (False,)):
+            calls += [WarmupCall(v, flags, k, top_k, small_scales) for flags in flag_sets for k in (_K_EVEN, _K_TAIL)
+                      for top_k in (_SCATTER_TOP_KS if v.scatter else (_TOP_K,))]
         if v.scatter:
             calls += [WarmupCall(v, flag_sets[0], _K_EVEN, top_k) for top_k in _REDUCE_TOP_KS]
     return calls
@@ -177,10 +180,12 @@ def _gpu(device_index: int) -> tuple[int, bool]:
     return sm_count(device_index), has_tma(device_index)
 
 
-def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device):
-    """w and the PrecisionConfig fields of its format, laid out as prepare_expert_weights lays them out."""
+def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device, small_scales: bool):
+    """w and the PrecisionConfig fields of its format, laid out as prepare_expert_weights lays them out; hopper
+    mxfp4 scales recorded <= 2 (as prepare_expert_weights does) when ``small_scales``, else unrecorded."""
     from ..moe.weights import prepare_expert_weights
     from ..numerics.layouts import swizzle_mx_values
+    from ..numerics.scale_bounds import bound_mx_scales
     from .types import FlexCtx, InFlexData
 
     fmt = variant.w
@@ -192,6 +197,8 @@ def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, devi
     fields = {"weight_scale": weight_scale} if weight_scale is not None else {}
     if scale is not None:
         fields["flex_ctx"] = FlexCtx(rhs_data=InFlexData(scale=scale))
+    if small_scales and bound_mx_scales(weight_scale) > 128:
+        raise OgsgenError("warm-up's random mxfp4 weights have a scale above 2: the one-multiply upcast is not warm")
     return (swizzle_mx_values(w) if fmt.layout == "hopper" else w), fields
 
 
