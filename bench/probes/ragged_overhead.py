@@ -30,6 +30,24 @@ def balanced_logits(tokens, n_expts, top_k, device):
                                                                                             device=device)
 
 
+def mxfp4_case(case):
+    """"gpt-oss w2:8192" -> (tokens, the shape's (n_expts, top_k, k, n, mode), bf16 weights (E, K, N), and their
+    mxfp4 values and scales quantized along K), the weights seeded alike for every probe."""
+    name, tokens = case.rsplit(":", 1)
+    shape = MOE_SHAPES[name]
+    n_expts, _, k, n, _ = shape
+    torch.manual_seed(0)
+    dense_w = torch.randn(n_expts, k, n, device="cuda").bfloat16()
+    return int(tokens), shape, dense_w, *quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
+
+
+def peer_routing(tk_routing, logits, top_k, mode):
+    """triton_kernels' routing of the logits and its call's gather, or scatter and gammas, keywords."""
+    t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
+    return t_rd, (dict(gather_indx=t_gi) if mode == "gather" else dict(scatter_indx=t_si,
+                                                                     gammas=t_rd.gate_scal.float()))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -39,12 +57,7 @@ def main():
     tk = triton_kernels_or_none()
     rows = []
     for case in args.cases:
-        name, tokens = case.rsplit(":", 1)
-        tokens = int(tokens)
-        n_expts, top_k, k, n, mode = MOE_SHAPES[name]
-        torch.manual_seed(0)
-        dense_w = torch.randn(n_expts, k, n, device="cuda").bfloat16()
-        values, scales = quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
+        tokens, (n_expts, top_k, k, n, mode), dense_w, values, scales = mxfp4_case(case)
         w, pc = swizzle_mx_values(values.mT), ogsgen.PrecisionConfig(weight_scale=scales.mT.contiguous())
         t_w, t_pc, _ = triton_kernels_mxfp4(dense_w) if tk else (None, None, None)
         x_tokens = torch.randn(tokens, k, device="cuda").bfloat16()
@@ -61,9 +74,7 @@ def main():
             row["ogsgen_kernel_us"] = median_us(lambda: ogsgen.matmul_ogs(x_plain, w, None, rd, precision_config=pc))
             if tk:
                 tk_matmul, tk_routing = tk
-                t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
-                t_full = (dict(gather_indx=t_gi) if mode == "gather"
-                          else dict(scatter_indx=t_si, gammas=t_rd.gate_scal.float()))
+                t_rd, t_full = peer_routing(tk_routing, logits, top_k, mode)
                 row["tk_full_us"] = median_us(lambda: tk_matmul.matmul_ogs(x, t_w, None, t_rd, precision_config=t_pc,
                                                                            **t_full))
                 row["tk_kernel_us"] = median_us(lambda: tk_matmul.matmul_ogs(x_plain, t_w, None, t_rd,
