@@ -75,6 +75,30 @@ def test_warmup_call_is_a_valid_matmul_ogs_call(name, device):
     smallest.run(device)
 
 
+def test_a_kernels_triton_cache_key_does_not_depend_on_what_compiled_first():
+    """Triton folds a helper's constexpr globals into a kernel's cache key only once the helper's own key exists;
+    the loader settles helpers first, so the top-1 scatter kernel (which shares the upcast with the plain ragged
+    kernel of top-k > 1 calls) gets one key in every process, and its warmed binaries are found."""
+    script = textwrap.dedent("""
+        import sys
+        from ogsgen.runtime import loader
+        from ogsgen.spec.catalog import default_catalog
+        variants = default_catalog().by_name()
+        names = ["ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_bias",
+                 "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas"]
+        keys = [loader.kernel_for(variants[name]).cache_key for name in names[::int(sys.argv[1])]]
+        print(keys[names[::int(sys.argv[1])].index(names[1])])
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # real JITFunctions, as on a GPU
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1]), env.get("PYTHONPATH", "")])
+    keys = []
+    for order in ("1", "-1"):
+        done = subprocess.run([sys.executable, "-c", script, order], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        keys.append(done.stdout.strip())
+    assert keys[0] == keys[1]
+
+
 @pytest.mark.gpu
 def test_after_warmup_a_fresh_process_compiles_nothing(tmp_path):
     """Warm two MoE variants and a dense one into an empty Triton cache; a second process then makes calls of
@@ -94,7 +118,7 @@ def test_after_warmup_a_fresh_process_compiles_nothing(tmp_path):
         from ogsgen.numerics import quantize_mx_torch
         act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
         for tokens, experts, k_act, n, k in [(1, 128, 4, 1024, 512), (37, 64, 2, 768, 1024), (300, 32, 8, 512, 256),
-                                             (2500, 128, 4, 1024, 512)]:
+                                             (2500, 128, 4, 1024, 512), (50, 16, 1, 512, 256)]:
             rd, gi, si = ogsgen.routing(torch.randn(tokens, experts, device="cuda"), k_act)
             x = torch.randn(tokens, k, device="cuda").bfloat16()
             w = torch.randn(experts, k, n, device="cuda").bfloat16()

@@ -18,9 +18,9 @@ The routing kernels (histogram, ragged metadata) are warmed for up to 1024 exper
 Not covered, compiled on first use: N or K not a multiple of 16, operands with other strides (MX scales
 K-contiguous among them: Hopper gives them tiles of their own), enforce_bitwise_invariance, top-k other than 1, 2,
 4 and 8, and custom functions whose runtime arguments are not floats (such calls are reported as failed, the rest
-goes on). Known gap: after warm-up, a top-1 hopper-mxfp4 scatter call (50 tokens, 16 experts) in a fresh process
-still compiled one binary of its variant on the H200, with the same argument specialization and launch options as
-a warm one; the constexpr that differs is not identified yet (the GPU test covers top-k 2, 4 and 8).
+goes on). Triton's cache key of a kernel depends on which kernels sharing its helpers were compiled before it in
+the process unless the helpers' keys exist first; the loader settles them (``settle_triton_cache_keys``), so a
+binary warmed here is found whatever a later process calls first.
 """
 from __future__ import annotations
 

@@ -78,14 +78,18 @@ def _resolve(node, scope):
     return None
 
 
+def _references(jit_fn):
+    """(node, object) for each name and attribute in the function's source, resolved in its scope."""
+    scope = _capture_scope(jit_fn)
+    for node in ast.walk(ast.parse(_plain_source(jit_fn))):
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            yield node, _resolve(node, scope)
+
+
 def _dependencies(jit_fn):
     """(name, object) pairs the function refers to that affect what it computes."""
-    scope = _capture_scope(jit_fn)
     found = {}
-    for node in ast.walk(ast.parse(_plain_source(jit_fn))):
-        if not isinstance(node, (ast.Name, ast.Attribute)):
-            continue
-        value = _resolve(node, scope)
+    for node, value in _references(jit_fn):
         name = ast.unparse(node)
         if _is_jit_function(value):
             if not (value.fn.__module__ or "").startswith("triton."):
@@ -106,6 +110,20 @@ def function_source_hash(jit_fn, _seen: frozenset = frozenset()) -> str:
         else:
             digest.update(f"|{name}={value!r}".encode())
     return digest.hexdigest()
+
+
+def settle_triton_cache_keys(jit_fn, _settled: set | None = None) -> None:
+    """Compute the Triton cache keys of the ``@triton.jit`` functions ``jit_fn`` calls, callees first, then its
+    own. Triton (3.6) folds a callee's constexpr globals into its caller's key only if the callee's key was
+    computed before: without this, a kernel's key depends on whether another kernel sharing a helper was
+    compiled first in the process, and a binary warmed in one process is compiled again in the next."""
+    settled = set() if _settled is None else _settled
+    if not isinstance(jit_fn, JITFunction) or id(jit_fn) in settled:
+        return
+    settled.add(id(jit_fn))
+    for _, value in _references(jit_fn):
+        settle_triton_cache_keys(value, settled)
+    jit_fn.cache_key  # noqa: B018 (computed and kept by Triton)
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,6 +169,7 @@ class FnSpecs:
             raise SpecError(f"FnSpecs {self.name!r}: reduction_n must be a power of two (1, 2, 4, ...), "
                             f"got {self.reduction_n!r}")
         object.__setattr__(self, "source_hash", function_source_hash(self.fn))
+        settle_triton_cache_keys(self.fn)
         _claim_name(self)
 
     @staticmethod
