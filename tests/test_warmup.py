@@ -77,26 +77,32 @@ def test_warmup_call_is_a_valid_matmul_ogs_call(name, device):
 
 def test_a_kernels_triton_cache_key_does_not_depend_on_what_compiled_first():
     """Triton folds a helper's constexpr globals into a kernel's cache key only once the helper's own key exists;
-    the loader settles helpers first, so the top-1 scatter kernel (which shares the upcast with the plain ragged
-    kernel of top-k > 1 calls) gets one key in every process, and its warmed binaries are found."""
+    ogsgen.numerics.jit keys its helpers at import, so a kernel gets one key in every process, and its warmed
+    binaries are found: the top-1 scatter kernel shares the upcast with the plain ragged kernel of top-k > 1
+    calls, and the strided mxfp4 kernels share theirs with the dequantization kernel."""
     script = textwrap.dedent("""
         import sys
+        from ogsgen.numerics import kernels
         from ogsgen.runtime import loader
         from ogsgen.spec.catalog import default_catalog
         variants = default_catalog().by_name()
-        names = ["ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_bias",
-                 "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas"]
-        keys = [loader.kernel_for(variants[name]).cache_key for name in names[::int(sys.argv[1])]]
-        print(keys[names[::int(sys.argv[1])].index(names[1])])
+        plain = variants["ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_bias"]
+        first = {"nothing": [], "plain": [loader.kernel_for(plain)],
+                 "dequantize": [kernels._dequantize_rows, kernels._quantize_rows]}[sys.argv[1]]
+        for kernel in first:
+            kernel.cache_key
+        print([loader.kernel_for(variants[name]).cache_key
+               for name in ("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas",
+                            "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_gather_bias_act_swiglu")])
     """)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # real JITFunctions, as on a GPU
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1]), env.get("PYTHONPATH", "")])
     keys = []
-    for order in ("1", "-1"):
-        done = subprocess.run([sys.executable, "-c", script, order], capture_output=True, text=True, env=env)
+    for first in ("nothing", "plain", "dequantize"):
+        done = subprocess.run([sys.executable, "-c", script, first], capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
         keys.append(done.stdout.strip())
-    assert keys[0] == keys[1]
+    assert keys[0] == keys[1] == keys[2]
 
 
 @pytest.mark.gpu

@@ -9,6 +9,9 @@ import triton
 import triton.language as tl
 from triton.language import target_info
 from triton.language.target_info import cuda_capability_geq
+from triton.runtime.jit import JITFunction
+
+from ..spec.functions import settle_triton_cache_keys
 
 # The packed e2m1 -> bf16 upcast, elementwise per byte: (low nibble, high nibble) times the byte's factor.
 # Per 32-bit lane: 4 packed e2m1 bytes in ($4), two bf16x2 of low nibbles ($0, $1) and two of high nibbles
@@ -273,3 +276,10 @@ def pack_e2m1_rows(scaled):
     """(BLOCK_M, BLOCK_N) float32 -> (BLOCK_M, BLOCK_N // 2) bytes of two e2m1 codes (even column low)."""
     even, odd = tl.split(tl.reshape(encode_e2m1(scaled), (scaled.shape[0], scaled.shape[1] // 2, 2)))
     return even | (odd << 4)
+
+
+# Generated kernels and the quantization kernels share these helpers, and Triton 3.6 keys a kernel by what it
+# finds already keyed among its callees (ogsgen.spec.functions.settle_triton_cache_keys): key every helper now,
+# callees first, so that no kernel's key depends on which kernel a process compiled first.
+for _helper in [value for value in list(globals().values()) if isinstance(value, JITFunction)]:
+    settle_triton_cache_keys(_helper)

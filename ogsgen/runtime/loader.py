@@ -25,7 +25,6 @@ from .._version import __version__
 from ..codegen.build import write_atomic
 from ..codegen.render import expected_provenance, render_variant
 from ..errors import StaleKernelError, VariantNotBuiltError
-from ..spec.functions import settle_triton_cache_keys
 from ..spec.variant import KernelVariant, canonical_name
 from . import plans
 
@@ -146,6 +145,5 @@ def kernel_for(variant: KernelVariant, persistent: bool = False):
             kernel = _kernels.get(key)
             if kernel is None:
                 kernel = getattr(_load(variant), canonical_name(variant) + ("_persistent" if persistent else ""))
-                settle_triton_cache_keys(kernel)
                 _kernels[key] = kernel
     return kernel

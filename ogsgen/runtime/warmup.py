@@ -19,8 +19,8 @@ Not covered, compiled on first use: N or K not a multiple of 16, operands with o
 K-contiguous among them: Hopper gives them tiles of their own), enforce_bitwise_invariance, top-k other than 1, 2,
 4 and 8, and custom functions whose runtime arguments are not floats (such calls are reported as failed, the rest
 goes on). Triton's cache key of a kernel depends on which kernels sharing its helpers were compiled before it in
-the process unless the helpers' keys exist first; the loader settles them (``settle_triton_cache_keys``), so a
-binary warmed here is found whatever a later process calls first.
+the process unless the helpers' keys exist first; ogsgen.numerics.jit keys its helpers at import
+(``settle_triton_cache_keys``), so a binary warmed here is found whatever a later process calls first.
 """
 from __future__ import annotations
 
