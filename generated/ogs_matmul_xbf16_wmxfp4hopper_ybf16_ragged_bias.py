@@ -15,7 +15,7 @@ PROVENANCE = {
     'functions': {},
     'helpers': {
         'request_wgmma_waits': 'e1346c903be90d27eff44d9f73816aaaf9453cce4f70e55f12f736403cfd389d',
-        'upcast_mxfp4_hopper_words': 'be12a24c6e0c102a1dac990df7794a56afa7c7842e2ee0ea1a960cc7866a3bc9',
+        'upcast_mxfp4_hopper_words': 'b42b37de000c2cff268074907f180806e3ec77bd383cab33ff299ca4ac9364a8',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_matmul_ogs.py.jinja',

@@ -145,11 +145,12 @@ def upcast_mx_rows(values, scales, ELEMENT: tl.constexpr, OUT_DTYPE: tl.constexp
 # With scales known to be at most 2 (codes <= 128), one fma does both: the factor 2**(code - 1) is then a normal
 # bf16, and the product, the only rounding, is the same (E2M1_WORD_TO_BF16_SMALL_SCALES: 4 of the word's 8
 # packed multiplies saved; the 128x256x128 K step went from 530 to 455 instructions on sm_90).
-def _word_to_bf16_ptx(multiplies: str) -> str:
+def _word_to_bf16_ptx(renormalize: bool) -> str:
+    multiplies = ("fma.rn.bf16x2 v, v, bias, nz;\n" if renormalize else "") + "fma.rn.bf16x2 v, v, {factor}, nz;\n"
+
     def register(factor, low, high):
         return multiplies.format(factor=factor) + f"mov.b32 {{{low}, {high}}}, v;\n"
-    renormalizes = "bias" in multiplies
-    return ("{\n.reg .b32 v, u, nz, row, row8" + (", bias;\nmov.b32 bias, 0x7E807E80" if renormalizes else "")
+    return ("{\n.reg .b32 v, u, nz, row, row8" + (", bias;\nmov.b32 bias, 0x7E807E80" if renormalize else "")
             + ";\n.reg .b16 scale, scale8;\nmov.b32 nz, 0x80008000;\n"
             "mov.b32 {scale, scale8}, $9;\nmov.b32 row, {scale, scale};\nmov.b32 row8, {scale8, scale8};\n"
             "shl.b32 v, $8, 6;\nand.b32 v, v, 0x81C081C0;\n" + register("row", "$0", "$1")
@@ -159,9 +160,8 @@ def _word_to_bf16_ptx(multiplies: str) -> str:
             + register("row8", "$6", "$7") + "}")
 
 
-E2M1_WORD_TO_BF16 = tl.constexpr(_word_to_bf16_ptx("fma.rn.bf16x2 v, v, bias, nz;\n"
-                                                   "fma.rn.bf16x2 v, v, {factor}, nz;\n"))
-E2M1_WORD_TO_BF16_SMALL_SCALES = tl.constexpr(_word_to_bf16_ptx("fma.rn.bf16x2 v, v, {factor}, nz;\n"))
+E2M1_WORD_TO_BF16 = tl.constexpr(_word_to_bf16_ptx(renormalize=True))
+E2M1_WORD_TO_BF16_SMALL_SCALES = tl.constexpr(_word_to_bf16_ptx(renormalize=False))
 
 # bf16_bits_of_scale of two e8m0 codes at once ($1: one code in each 16-bit half): both shifted into their
 # exponent fields, then the two clamps on both halves (packed 16-bit min and max: sm_90 and later).
@@ -223,14 +223,11 @@ def upcast_mxfp4_hopper_words(words, scales, SCALES_AT_MOST_2: tl.constexpr):
         factors = bf16_pair_of_small_scales(*tl.split(codes))                            # [s, g, r, jh]
     else:
         factors = bf16_pair_of_scales(*tl.split(codes))
-    factors = tl.reshape(tl.broadcast_to(tl.reshape(factors, (SLABS, GROUPS, 8, 1, 2, 1)),
-                                         (SLABS, GROUPS, 8, 4, 2, 2)), (SLABS, GROUPS, 8, 4, 4))
-    if SCALES_AT_MOST_2:
-        v = tl.inline_asm_elementwise(E2M1_WORD_TO_BF16_SMALL_SCALES, constraints="=h,=h,=h,=h,=h,=h,=h,=h,r,r",
-                                      args=[words, factors], dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
-    else:
-        v = tl.inline_asm_elementwise(E2M1_WORD_TO_BF16, constraints="=h,=h,=h,=h,=h,=h,=h,=h,r,r",
-                                      args=[words, factors], dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
+    factors = tl.broadcast_to(tl.reshape(factors, (SLABS, GROUPS, 8, 1, 2, 1)), (SLABS, GROUPS, 8, 4, 2, 2))
+    v = tl.inline_asm_elementwise(E2M1_WORD_TO_BF16_SMALL_SCALES if SCALES_AT_MOST_2 else E2M1_WORD_TO_BF16,
+                                  constraints="=h,=h,=h,=h,=h,=h,=h,=h,r,r",
+                                  args=[words, tl.reshape(factors, (SLABS, GROUPS, 8, 4, 4))],
+                                  dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
     w = tl.join(tl.join(tl.join(v[0], v[1]), tl.join(v[2], v[3])),
                 tl.join(tl.join(v[4], v[5]), tl.join(v[6], v[7])))                      # [s, g, r, t, j, lane, q, h]
     w = tl.permute(w, (0, 6, 2, 1, 4, 7, 3, 5))                                          # [s, q, r, g, j, h, t, lane]

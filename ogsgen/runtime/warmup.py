@@ -185,7 +185,7 @@ def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, devi
     mxfp4 scales recorded <= 2 (as prepare_expert_weights does) when ``small_scales``, else unrecorded."""
     from ..moe.weights import prepare_expert_weights
     from ..numerics.layouts import swizzle_mx_values
-    from ..numerics.scale_bounds import bound_mx_scales
+    from ..numerics.scale_bounds import LARGEST_SMALL_CODE, bound_mx_scales
     from .types import FlexCtx, InFlexData
 
     fmt = variant.w
@@ -197,7 +197,7 @@ def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, devi
     fields = {"weight_scale": weight_scale} if weight_scale is not None else {}
     if scale is not None:
         fields["flex_ctx"] = FlexCtx(rhs_data=InFlexData(scale=scale))
-    if small_scales and bound_mx_scales(weight_scale) > 128:
+    if small_scales and bound_mx_scales(weight_scale) > LARGEST_SMALL_CODE:
         raise OgsgenError("warm-up's random mxfp4 weights have a scale above 2: the one-multiply upcast is not warm")
     return (swizzle_mx_values(w) if fmt.layout == "hopper" else w), fields
 
