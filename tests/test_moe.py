@@ -6,8 +6,8 @@ import torch
 import ogsgen
 from ogsgen.codegen import build
 from ogsgen.runtime import loader
-from ogsgen.moe import (make_ragged_tensor_metadata, make_ragged_tensor_metadata_torch, routing,
-                            routing_from_topk, routing_from_topk_torch, routing_torch)
+from ogsgen.moe import (gather_rows, make_ragged_tensor_metadata, make_ragged_tensor_metadata_torch, routing,
+                        routing_from_topk, routing_from_topk_torch, routing_torch)
 from ogsgen.spec import BF16, FP16, FP32, Catalog, KernelVariant, default_catalog, variant_product
 from ogsgen.spec.catalog import _expand
 from cases import run_moe_case
@@ -90,6 +90,19 @@ def test_metadata_example(device):
     assert set(schedule[11:]) == {-1}
     ref = make_ragged_tensor_metadata_torch(hist, 159)
     assert torch.equal(meta.block_schedule_data, ref.block_schedule_data)
+
+
+@pytest.mark.parametrize("n_tokens,k_act,width,transposed", [(37, 4, 300, False), (5, 1, 16, False),
+                                                                 (20, 3, 520, True)])
+def test_gather_rows_copies_each_gates_token_row(n_tokens, k_act, width, transposed, device):
+    # Row counts and widths with tails of the copy's tiles; a transposed x (K stride not 1); dropped gates.
+    x = torch.randn(width, n_tokens, device=device).mT if transposed else torch.randn(n_tokens, width, device=device)
+    gates = torch.randperm(n_tokens * k_act, device=device).to(torch.int32)
+    gates[::7] = -1
+    copied = gather_rows(x, gates, k_act)
+    live = gates >= 0
+    assert copied.shape == (gates.numel(), width)
+    assert torch.equal(copied[live], x[gates[live].long() // k_act])
 
 
 def test_routing_errors(device):

@@ -33,6 +33,25 @@ def _swiglu(tile, alpha, limit):
 
 
 @triton.jit
+def ragged_tile(t, grid_m, grid_n, BlockSchedule, SliceOffs, SliceSizes, GROUP_M: tl.constexpr,
+                BLOCK_M: tl.constexpr):
+    """Tile t of the template's ragged tile walk (GROUP_M row tiles per group): its expert, first row, rows,
+    row mask and column tile."""
+    group_width = GROUP_M * grid_n
+    first_m = (t // group_width) * GROUP_M
+    group_m = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (t % group_width) % group_m
+    pid_n = (t % group_width) // group_m
+    tile = tl.load(BlockSchedule + pid_m)
+    expert = tile & 0xFFFF
+    first_row = tl.load(SliceOffs + expert)
+    row0 = first_row + (tile >> 16) * BLOCK_M
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < first_row + tl.load(SliceSizes + expert)
+    return expert, row0, offs_m, mask_m, pid_n
+
+
+@triton.jit
 def ragged_persistent(Y, stride_y_m, XDesc, X, stride_x_m, WDesc, SliceSizes, SliceOffs, BlockOffs, BlockSchedule,
                       n_expts_tot, GatherIndx, n_expts_act, WriteBackIndx, N, K,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GATHER: tl.constexpr,
@@ -42,17 +61,8 @@ def ragged_persistent(Y, stride_y_m, XDesc, X, stride_x_m, WDesc, SliceSizes, Sl
     grid_m = tl.load(BlockOffs + n_expts_tot)  # the real row tiles: no idle schedule entries visited
     k_tiles = tl.cdiv(K, BLOCK_K)
     for t in tl.range(tl.program_id(0), grid_m * grid_n, NUM_SMS, warp_specialize=WS, flatten=FLATTEN):
-        group_width = GROUP_M * grid_n
-        first_m = (t // group_width) * GROUP_M
-        group_m = tl.minimum(grid_m - first_m, GROUP_M)
-        pid_m = first_m + (t % group_width) % group_m
-        pid_n = (t % group_width) // group_m
-        tile = tl.load(BlockSchedule + pid_m)
-        expert = tile & 0xFFFF
-        first_row = tl.load(SliceOffs + expert)
-        row0 = first_row + (tile >> 16) * BLOCK_M
-        offs_m = row0 + tl.arange(0, BLOCK_M)
-        mask_m = offs_m < first_row + tl.load(SliceSizes + expert)
+        expert, row0, offs_m, mask_m, pid_n = ragged_tile(t, grid_m, grid_n, BlockSchedule, SliceOffs, SliceSizes,
+                                                          GROUP_M, BLOCK_M)
         rows = tl.where(mask_m, offs_m, 0)
         if GATHER:
             x_rows = (tl.load(GatherIndx + rows) // n_expts_act).to(tl.int64)

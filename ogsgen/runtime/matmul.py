@@ -13,6 +13,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..codegen.render import ARG_PREFIX
 from ..errors import SpecError, UnsupportedError
+from ..moe.gather import gather_rows
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
@@ -541,11 +542,9 @@ def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags):
 
 
 def _rows_in_sorted_order(call: _Launch) -> torch.Tensor:
-    """The gather done ahead, for the persistent kernel: sorted row p holds x[gather_indx.src_indx[p] // k]. One
-    copy of x's rows per gate (measured on the H200: the persistent kernel's gain at large batches pays for it,
-    bench/NOTES.md); a dropped gate's row (-1) copies token 0, which no tile stores."""
-    tokens = torch.div(call.gather_indx.src_indx, call.routing.n_expts_act, rounding_mode="floor").clamp_(min=0)
-    return call.x.index_select(0, tokens)
+    """The gather done ahead, for the persistent kernel: one copy of x's rows per gate (measured on the H200: the
+    persistent kernel's gain at large batches pays for it, bench/NOTES.md)."""
+    return gather_rows(call.x, call.gather_indx.src_indx, call.routing.n_expts_act)
 
 
 def _flex_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
