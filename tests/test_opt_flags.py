@@ -40,12 +40,12 @@ def test_hopper_mxfp4_tiles_with_n_contiguous_scales():
     def tile(flags):
         return _tile(flags)[:5] + (flags.maxnreg,)
     w1, w2, deepseek = (5760, 2880, 128, 4), (2880, 2880, 128, 4), (4096, 7168, 256, 8)
-    wide, narrow = (16, 256, 128, 8, 3, 96), (16, 128, 128, 4, 3, None)
-    # At most two rows per expert: 16x256 with 96 registers, unless its tiles leave half the SMs idle, or with
-    # K a multiple of 128 some SMs (bench/results/2026-12-01m-probes, the one-multiply upcast)
+    wide, narrow = (16, 256, 128, 8, 3, 128), (16, 128, 128, 4, 3, None)
+    # At most two rows per expert: 16x256 with 128 registers, unless its tiles leave half the SMs idle
+    # (bench/results/2026-12-01n-probes, the pipelined K loop)
     assert tile(_hopper_mxfp4(w1[0], w1[1], 1, *w1[2:])) == wide          # 4 experts x 23 tiles
     assert tile(_hopper_mxfp4(w2[0], w2[1], 1, *w2[2:])) == narrow        # 4 experts x 12 tiles < 132 / 2
-    assert tile(_hopper_mxfp4(deepseek[0], deepseek[1], 1, *deepseek[2:])) == narrow  # 8 x 16 tiles < 132
+    assert tile(_hopper_mxfp4(deepseek[0], deepseek[1], 1, *deepseek[2:])) == wide  # 8 x 16 tiles >= 132 / 2
     for tokens in (8, 32, 64):
         for shape in (w1, w2, deepseek):
             assert tile(_hopper_mxfp4(shape[0], shape[1], tokens, *shape[2:])) == wide, (shape, tokens)

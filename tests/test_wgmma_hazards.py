@@ -53,9 +53,10 @@ def test_retired_wgmmas_and_other_registers_are_not_hazards():
 
 
 def _compile_offline(name: str, tile, wait_mma: bool, waiting_compile: bool = True, arch: int = 90,
-                     small_scales: bool = False):
+                     small_scales: bool = False, even_k: bool = True, scales_n_contiguous: bool = False):
     """An offline compile of a generated hopper-layout MX kernel for sm_<arch> with Triton's own ptxas (no GPU
-    needed); ``small_scales``: the one-multiply upcast."""
+    needed); ``small_scales``: the one-multiply upcast; ``even_k``: K a multiple of BLOCK_K;
+    ``scales_n_contiguous``: scales stored as prepare_expert_weights stores them (else K-contiguous)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from ogsgen.numerics.jit import compiling_for
@@ -65,14 +66,17 @@ def _compile_offline(name: str, tile, wait_mma: bool, waiting_compile: bool = Tr
                     WMxScale="*u8", Bias="*fp32", SliceSizes="*i32", SliceOffs="*i32", BlockSchedule="*i32",
                     GatherIndx="*i32")
     signature = {arg: pointers.get(arg, "i32") for arg in kernel.arg_names}
-    signature.update(out_alpha="fp32", act_alpha="fp32", act_limit="fp32")
-    constants = dict(stride_x_k=1, stride_w_k=1, stride_wmx_k=1, stride_y_n=1, GROUP_M=8, EVEN_K=True,
-                     WAIT_MMA=wait_mma, W_SCALES_AT_MOST_2=small_scales, ACTIVATION_FN=DEFAULT[name].activation.fn,
+    signature.update({arg: "fp32" for arg in ("out_alpha", "act_alpha", "act_limit") if arg in signature})
+    constants = dict(stride_x_k=1, stride_w_k=1, stride_y_n=1, GROUP_M=8, EVEN_K=even_k,
+                     **{"stride_wmx_n" if scales_n_contiguous else "stride_wmx_k": 1},
+                     WAIT_MMA=wait_mma, W_SCALES_AT_MOST_2=small_scales,
                      **dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), tile[:3])))
+    if DEFAULT[name].activation is not None:
+        constants["ACTIVATION_FN"] = DEFAULT[name].activation.fn
     signature.update({arg: "constexpr" for arg in constants})
     names = list(signature)
     aligned = {(names.index(a),): [["tt.divisibility", 16]] for a, kind in signature.items()
-               if kind.startswith("*") or (a.startswith("stride") and a not in constants)}
+               if kind.startswith("*") or (a.startswith("stride") or a in ("N", "K")) and a not in constants}
     source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=aligned)
     target = GPUTarget("cuda", arch, 32)
     with wgmma_hazards.waiting_for_each_wgmma_compiles() if waiting_compile else contextlib.nullcontext(), \
@@ -105,6 +109,20 @@ def hazards_in_sm90_compiles() -> str:
             result["unhooked"] = "compiled"
         except Exception as exc:  # Triton wraps ptxas's failure in its own exception types
             result["unhooked"] = str(exc)
+    return json.dumps(result)
+
+
+def wgmmas_and_waits() -> str:
+    """JSON {tile: [HGMMAs, WARPGROUP.DEPBAR waits]} in the SASS of the plain ragged hopper-layout kernel (what
+    top-k > 1 scatters run) at the heuristic's decode and large-batch tiles, K with a tail as gpt-oss's (sm_90
+    compiles with Triton's ptxas)."""
+    result = {}
+    for tile in ((16, 256, 128, 8, 3), (128, 256, 128, 8, 4)):
+        compiled = _compile_offline("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged", tile, False, small_scales=True,
+                                    even_k=False, scales_n_contiguous=True)
+        sass = wgmma_hazards.sass_of(compiled.asm["cubin"])
+        result["x".join(map(str, tile))] = [len(re.findall(r"\bHGMMA\.", sass)),
+                                            len(re.findall(r"WARPGROUP\.DEPBAR", sass))]
     return json.dumps(result)
 
 
@@ -152,6 +170,15 @@ def test_wait_mma_removes_the_hazard_from_a_real_sm90_binary():
         assert result["False"][1] > 0
     # Compiled without ogsgen's waiting compile, ptxas refuses the waiting kernel by the marker's name.
     assert WGMMA_WAITS_MARKER in result["unhooked"]
+
+
+def test_ptxas_keeps_the_k_loops_wgmmas_in_flight():
+    # ptxas serializes every wgmma of a kernel (each waited for at once: "C7515 Potential Performance Loss") when
+    # the accumulator may be set outside a wgmma between them and their last wait. A K loop that might run zero
+    # times did that (its zeros joined the loop's exit path); the template's loop runs at least once. Serialized,
+    # each HGMMA is followed by its own wait (bench/results/2026-12-01n-probes: 6-7% slower at T=8192).
+    for tile, (hgmmas, waits) in _run_offline("wgmmas_and_waits").items():
+        assert hgmmas >= 16 and waits < hgmmas, f"{tile}: ptxas waits for each wgmma ({hgmmas} HGMMA, {waits} waits)"
 
 
 _MARKED_PTX = """\t// begin inline asm

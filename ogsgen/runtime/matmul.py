@@ -483,7 +483,7 @@ def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch
     stride_w_k, stride_w_n = (w.stride(-1), w.stride(-2)) if variant.w.layout == "hopper" else w.stride()[-2:]
     args = dict(X=x, stride_x_m=x.stride(-2), stride_x_k=x.stride(-1),
                 W=w, stride_w_b=w.stride(0) if w.ndim == 3 else 0, stride_w_k=stride_w_k, stride_w_n=stride_w_n,
-                EVEN_K=call.k % flags.block_k == 0)
+                EVEN_K=call.k % flags.block_k == 0 and call.k > 0)
     if variant.can_split_k:
         args.update(split_k=split_k, stride_y_s=out.stride(0) if split_k > 1 else 0)
     flex = call.pc.flex_ctx

@@ -166,7 +166,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # prepare_expert_weights stores them) have tiles of their own below.
         if mx_scales_n_contiguous:
             block_m, block_n, block_k, num_warps, num_stages, maxnreg = _hopper_mxfp4_tile(
-                m, n, k, n_expts, n_sms, block_m)
+                m, n, n_expts, n_sms, block_m)
         elif rows <= 1 and k % 128:
             block_m, block_n, block_k, num_warps, num_stages, wait_mma = 16, 128, 64, 8, 4, True
         elif block_m <= 32:
@@ -183,28 +183,32 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
                     split_k=split_k, wait_mma=wait_mma, maxnreg=maxnreg)
 
 
-def _hopper_mxfp4_tile(m, n, k, n_expts, n_sms, block_m):
+def _hopper_mxfp4_tile(m, n, n_expts, n_sms, block_m):
     """(block_m, block_n, block_k, num_warps, num_stages, maxnreg) of hopper-layout mxfp4 weights whose scales
     are N-contiguous: each K step then reads its scales as whole 32-byte sectors (K-contiguous scales read a
     sector per column for 2-4 useful bytes, Nsight Compute: 23-41% of a decode kernel's sectors wasted).
     Measured on the H200 (bench/probes/tile_sweep.py --format mxfp4, bench/results/2026-12-01k-probes):
     - 16 rows, at most two rows per expert (T <= 64 on gpt-oss and DeepSeek-V3): 16x256x128/8 warps capped at
-      96 registers (2 CTAs per SM). With the one-multiply upcast (bench/results/2026-12-01m-probes) it is 4-10%
+      128 registers (2 CTAs per SM). With the one-multiply upcast (bench/results/2026-12-01m-probes) it is 4-10%
       faster than 16x128x128/4 warps/3 stages at T=8..64 (gpt-oss w2 T=32 142.5 -> 128.6 us, w1 T=64 326 ->
-      297, DeepSeek-V3 T=8 307.5 -> 291.7) and at gpt-oss w1 T=1, unless its tiles would leave half the SMs
-      idle (gpt-oss w2 T=1: 48 tiles, 25% slower) or, with K a multiple of 128, a few SMs (DeepSeek-V3 T=1: 128
-      tiles, 3.5% slower). More rows per expert (T=256): 16x128x128/4 warps/3 stages, 2% faster.
+      297, DeepSeek-V3 T=8 307.5 -> 291.7) and at T=1, unless its tiles would leave half the SMs idle (gpt-oss
+      w2 T=1: 48 tiles, 25% slower). The cap was 96 until the K loop stopped making ptxas serialize its wgmmas
+      (bench/results/2026-12-01n-probes): the pipelined loop needs 125 registers and spilled at 96 (gpt-oss w1
+      T=8 88.8 us at 128 against 114.6 at 96), and DeepSeek-V3 T=1 (128 tiles) now runs 12% faster wide (55.9
+      against 63.2 us). More rows per expert (T=256): 16x128x128/4 warps/3 stages, within 2%.
     - 64 rows: 64x256x128/8 warps/3 stages capped at 120 registers (2 CTAs per SM, 4-20 bytes spilled) is
       10-45% faster than 64x256x64 (T=2048 gpt-oss w1 1069 -> 952 us, w2 945 -> 524, DeepSeek-V3 3488 -> 3075).
     - 128 rows: 128x256x128/8 warps/4 stages, 7-40% faster than the 64-row tiles (T=8192 gpt-oss w1 3005 ->
-      2791 us, w2 2707 -> 1615, DeepSeek-V3 10101 -> 9038).
+      2791 us, w2 2707 -> 1615, DeepSeek-V3 10101 -> 9038). Since the K loop keeps its wgmmas in flight, its
+      binaries have ptxas's register hazard and its waiting kernel runs: 6-7% faster than the serialized loop
+      was, 1-3% faster than the clean binaries capped at 232 registers (bench/results/2026-12-01n-probes).
     """
     if block_m <= 32:
         few_rows_per_expert = n_expts is not None and m <= 2 * n_expts
         wide_tiles = min(m, n_expts or m) * triton.cdiv(n, 256)
-        fills_the_sms = n_sms is None or (2 * wide_tiles >= n_sms and (k % 128 or wide_tiles >= n_sms))
-        if few_rows_per_expert and fills_the_sms:
-            return 16, 256, 128, 8, 3, 96
+        fills_half_the_sms = n_sms is None or 2 * wide_tiles >= n_sms
+        if few_rows_per_expert and fills_half_the_sms:
+            return 16, 256, 128, 8, 3, 128
         return block_m, 128, 128, 4, 3, None
     if block_m == 64:
         return 64, 256, 128, 8, 3, 120
