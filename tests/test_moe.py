@@ -97,12 +97,22 @@ def test_metadata_example(device):
 def test_gather_rows_copies_each_gates_token_row(n_tokens, k_act, width, transposed, device):
     # Row counts and widths with tails of the copy's tiles; a transposed x (K stride not 1); dropped gates.
     x = torch.randn(width, n_tokens, device=device).mT if transposed else torch.randn(n_tokens, width, device=device)
-    gates = torch.randperm(n_tokens * k_act, device=device).to(torch.int32)
+    gates = torch.randperm(2 * n_tokens * k_act, device=device).to(torch.int32)[::2] // 2  # strided
     gates[::7] = -1
     copied = gather_rows(x, gates, k_act)
     live = gates >= 0
     assert copied.shape == (gates.numel(), width)
     assert torch.equal(copied[live], x[gates[live].long() // k_act])
+
+
+def test_gather_rows_errors(device):
+    x, gates = torch.zeros(4, 8, device=device), torch.zeros(6, dtype=torch.int32, device=device)
+    with pytest.raises(ogsgen.SpecError, match=r"x must be a \(n_tokens, K\) tensor, got \(4, 8, 1\)"):
+        gather_rows(x[..., None], gates, 2)
+    with pytest.raises(ogsgen.SpecError, match="gate_indx must be a 1-D int32 tensor .*torch.int64"):
+        gather_rows(x, gates.long(), 2)
+    with pytest.raises(ogsgen.SpecError, match="n_expts_act must be a positive int .*got 0"):
+        gather_rows(x, gates, 0)
 
 
 def test_routing_errors(device):

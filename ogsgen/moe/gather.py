@@ -6,6 +6,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ..errors import SpecError
+from .metadata import _check_on_device
+
 # Measured on the H200 (bench/probes/gather_copy.py, bench/results/2026-12-01n-probes): 8 rows x 256 columns per
 # program, 4 warps, is within 2% of the fastest of ten tiles on gpt-oss w1 and DeepSeek-V3 w1 at T=2048 and 8192,
 # and 1.25-1.5x faster than torch's index_select (gpt-oss T=8192 102.6 -> 72.9 us, DeepSeek-V3 439 -> 290).
@@ -30,6 +33,19 @@ def gather_rows(x: torch.Tensor, gate_indx: torch.Tensor, n_expts_act: int) -> t
     """Row p of the result is ``x[gate_indx[p] // n_expts_act]`` (``gate_indx``: a GatherIndx's ``src_indx``, the
     gate each sorted row holds). A dropped gate's row (-1) is left unwritten: no tile stores a result for it,
     and a matmul's output row depends on its own x row only."""
+    if not isinstance(x, torch.Tensor) or x.ndim != 2:
+        raise SpecError(f"x must be a (n_tokens, K) tensor, got "
+                        f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if not isinstance(gate_indx, torch.Tensor) or gate_indx.ndim != 1 or gate_indx.dtype != torch.int32:
+        raise SpecError("gate_indx must be a 1-D int32 tensor (a GatherIndx's src_indx), got "
+                        + (f"{gate_indx.dtype} of shape {tuple(gate_indx.shape)}" if isinstance(gate_indx, torch.Tensor)
+                           else type(gate_indx).__name__))
+    if gate_indx.device != x.device:
+        raise SpecError(f"gate_indx is on {gate_indx.device} but x is on {x.device}; pass both on one device")
+    if not isinstance(n_expts_act, int) or n_expts_act < 1:
+        raise SpecError(f"n_expts_act must be a positive int (the routing's top-k), got {n_expts_act!r}")
+    _check_on_device(x, "x")
+    gate_indx = gate_indx.contiguous()  # the kernel reads it with unit stride
     n_rows, k = gate_indx.numel(), x.shape[1]
     out = torch.empty(n_rows, k, device=x.device, dtype=x.dtype)
     if n_rows and k:
