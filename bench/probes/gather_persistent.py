@@ -99,11 +99,12 @@ def main():
                 return y
             return run
 
-        def with_copy():
+        def with_copy():  # the runtime's copy when this ran (index_select; ogsgen.moe.gather_rows since)
             torch.index_select(x, 0, torch.div(gi.src_indx, top_k, rounding_mode="floor").clamp_(min=0),
                                out=x_sorted)
             return kernel("tma", 3)()
-        candidates = [("ogsgen call", calls["ogsgen"], None), ("triton_kernels call", calls.get("triton_kernels"), None),
+        candidates = [("ogsgen call", calls["ogsgen"], None),
+                      ("triton_kernels call", calls.get("triton_kernels"), None),
                       ("tma (kernel only)", kernel("tma", 3), True), ("tma + copy", with_copy, True),
                       ("masked s3", kernel("masked", 3), True)]
         if k % BK == 0:
