@@ -14,7 +14,8 @@ torch.matmul (dense).
 Timing: triton.testing.do_bench (eager) and do_bench_cudagraph (graph), medians. Byte accounting as in
 h200_peer_baseline.md: x bytes + bytes of the weights of experts with at least one row + y bytes; TFLOP/s =
 2 * rows * K * N / time. Writes results.csv, a PNG plot, table.md (times, ratios to the peers, geometric means)
-and a printed table; the environment goes to env.json.
+and a printed table; the environment goes to env.json. Each case draws its inputs from a seed of its own (shape
+and T; bf16 and mxfp4 share a routing), so that every run and probe times the same routing.
 
 Each implementation's output is also compared with a float32 reference (ogsgen.matmul_ogs_torch on the same
 inputs, mxfp4 weights dequantized as ogsgen quantized them; torch.matmul in float32 for dense): results.csv
@@ -32,6 +33,7 @@ import os
 import platform
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import torch
@@ -83,9 +85,15 @@ def triton_kernels_mxfp4(dense_w):
     return w, PrecisionConfig(weight_scale=w_scale), lambda: upcast_from_mxfp(values, scales, torch.bfloat16, axis=1)
 
 
+def seed_case(*key) -> None:
+    """Seed torch's generators for one case: the same inputs, hence the same routing, in every run."""
+    torch.manual_seed(zlib.crc32(repr(key).encode()))
+
+
 def moe_cases(name, tokens, weight_format, tk):
     n_expts, top_k, k, n, mode = MOE_SHAPES[name]
     device = "cuda"
+    seed_case(name, tokens)
     logits = torch.randn(tokens, n_expts, device=device)
     rd, gi, si = ogsgen.routing(logits, top_k)
     rows = tokens * top_k
@@ -152,6 +160,7 @@ def moe_cases(name, tokens, weight_format, tk):
 
 
 def dense_cases(m, n, k, tk):
+    seed_case(m, n, k)
     x = torch.randn(m, k, device="cuda").bfloat16()
     w = torch.randn(k, n, device="cuda").bfloat16()
     flops, bytes_moved = 2 * m * n * k, (m * k + k * n + m * n) * 2
