@@ -40,17 +40,20 @@ def test_hopper_mxfp4_tiles_with_n_contiguous_scales():
     def tile(flags):
         return _tile(flags)[:5] + (flags.maxnreg,)
     w1, w2, deepseek = (5760, 2880, 128, 4), (2880, 2880, 128, 4), (4096, 7168, 256, 8)
-    wide, narrow = (16, 256, 128, 8, 3, 128), (16, 128, 128, 4, 3, None)
-    # At most two rows per expert: 16x256 with 128 registers, unless its tiles leave half the SMs idle
-    # (bench/results/2026-12-01n-probes, the pipelined K loop)
-    assert tile(_hopper_mxfp4(w1[0], w1[1], 1, *w1[2:])) == wide          # 4 experts x 23 tiles
+    narrow = (16, 128, 128, 4, 3, None)
+    # Up to 16 rows per expert: 16x256 (bench/results/2026-12-02a-probes). In one wave of tiles it keeps its
+    # wgmmas in flight with 128 registers; with more tiles than SMs it waits for each wgmma at 80 registers (3
+    # CTAs per SM). Unless its tiles leave half the SMs idle.
+    def waits_and_cap(flags):
+        return tile(flags), flags.wait_mma
+    pipelined, waiting = ((16, 256, 128, 8, 3, 128), False), ((16, 256, 128, 8, 3, 80), True)
+    assert waits_and_cap(_hopper_mxfp4(w1[0], w1[1], 1, *w1[2:])) == pipelined  # 4 experts x 23 tiles
     assert tile(_hopper_mxfp4(w2[0], w2[1], 1, *w2[2:])) == narrow        # 4 experts x 12 tiles < 132 / 2
-    assert tile(_hopper_mxfp4(deepseek[0], deepseek[1], 1, *deepseek[2:])) == wide  # 8 x 16 tiles >= 132 / 2
-    for tokens in (8, 32, 64):
+    assert waits_and_cap(_hopper_mxfp4(deepseek[0], deepseek[1], 1, *deepseek[2:])) == pipelined  # 8 x 16 tiles
+    for tokens in (8, 32, 64, 256):  # up to 8 rows per expert
         for shape in (w1, w2, deepseek):
-            assert tile(_hopper_mxfp4(shape[0], shape[1], tokens, *shape[2:])) == wide, (shape, tokens)
-    for shape in (w1, w2, deepseek):
-        assert tile(_hopper_mxfp4(shape[0], shape[1], 256, *shape[2:])) == narrow  # 8 rows per expert
+            assert waits_and_cap(_hopper_mxfp4(shape[0], shape[1], tokens, *shape[2:])) == waiting, (shape, tokens)
+    assert tile(_hopper_mxfp4(w1[0], w1[1], 1024, *w1[2:])) == (32, 128, 128, 4, 3, None)  # 32 rows per expert
     assert tile(_hopper_mxfp4(w1[0], w1[1], 2048, *w1[2:])) == (64, 256, 128, 8, 3, 120)
     assert tile(_hopper_mxfp4(w1[0], w1[1], 8192, *w1[2:])) == (128, 256, 128, 8, 4, None)
     # K-contiguous scales keep their own tiles

@@ -165,7 +165,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # Those tiles were measured with scales stored K-contiguous; scales stored N-contiguous (as
         # prepare_expert_weights stores them) have tiles of their own below.
         if mx_scales_n_contiguous:
-            block_m, block_n, block_k, num_warps, num_stages, maxnreg = _hopper_mxfp4_tile(
+            block_m, block_n, block_k, num_warps, num_stages, wait_mma, maxnreg = _hopper_mxfp4_tile(
                 m, n, n_expts, n_sms, block_m)
         elif rows <= 1 and k % 128:
             block_m, block_n, block_k, num_warps, num_stages, wait_mma = 16, 128, 64, 8, 4, True
@@ -184,35 +184,42 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
 
 
 def _hopper_mxfp4_tile(m, n, n_expts, n_sms, block_m):
-    """(block_m, block_n, block_k, num_warps, num_stages, maxnreg) of hopper-layout mxfp4 weights whose scales
-    are N-contiguous: each K step then reads its scales as whole 32-byte sectors (K-contiguous scales read a
-    sector per column for 2-4 useful bytes, Nsight Compute: 23-41% of a decode kernel's sectors wasted).
+    """(block_m, block_n, block_k, num_warps, num_stages, wait_mma, maxnreg) of hopper-layout mxfp4 weights whose
+    scales are N-contiguous: each K step then reads its scales as whole 32-byte sectors (K-contiguous scales read
+    a sector per column for 2-4 useful bytes, Nsight Compute: 23-41% of a decode kernel's sectors wasted).
     Measured on the H200 (bench/probes/tile_sweep.py --format mxfp4, bench/results/2026-12-01k-probes):
-    - 16 rows, at most two rows per expert (T <= 64 on gpt-oss and DeepSeek-V3): 16x256x128/8 warps capped at
-      128 registers (2 CTAs per SM). With the one-multiply upcast (bench/results/2026-12-01m-probes) it is 4-10%
-      faster than 16x128x128/4 warps/3 stages at T=8..64 (gpt-oss w2 T=32 142.5 -> 128.6 us, w1 T=64 326 ->
-      297, DeepSeek-V3 T=8 307.5 -> 291.7) and at T=1, unless its tiles would leave half the SMs idle (gpt-oss
-      w2 T=1: 48 tiles, 25% slower). The cap was 96 until the K loop stopped making ptxas serialize its wgmmas
-      (bench/results/2026-12-01n-probes): the pipelined loop needs 125 registers and spilled at 96 (gpt-oss w1
-      T=8 88.8 us at 128 against 114.6 at 96), and DeepSeek-V3 T=1 (128 tiles) now runs 12% faster wide (55.9
-      against 63.2 us). More rows per expert (T=256): 16x128x128/4 warps/3 stages, within 2%.
+    - 16 rows (up to 16 rows per expert): 16x256x128/8 warps. With the one-multiply upcast
+      (bench/results/2026-12-01m-probes) it was 4-10% faster than 16x128x128/4 warps/3 stages at T=8..64
+      (gpt-oss w2 T=32 142.5 -> 128.6 us, w1 T=64 326 -> 297, DeepSeek-V3 T=8 307.5 -> 291.7) and at T=1,
+      unless its tiles would leave half the SMs idle (gpt-oss w2 T=1: 48 tiles, 25% slower). How it runs
+      its wgmmas depends on its tiles (bench/results/2026-12-02a-probes, one run):
+      - one wave of tiles (T=1): wgmmas in flight, capped at 128 registers (2 CTAs per SM; it spills at 96).
+        Waiting for each wgmma is 1-4% slower there (DeepSeek-V3 55.9 against 58.3 us).
+      - more tiles than SMs: its waiting kernel capped at 80 registers, 3 CTAs per SM instead of 2, no spill:
+        3-11% faster on gpt-oss from T=8 (w2 T=8 60.2 -> 53.5 us, w1 T=8 87.7 -> 84.1, w2 T=32 131.4 ->
+        124.5), DeepSeek-V3 T=8 3% faster, T=32 and T=64 within 1%.
+      With 8 rows per expert (T=256) the waiting 16x256 tile at 80 registers is 2-4% faster than 16x128x128/4
+      warps/3 stages (gpt-oss w1 379.8 -> 366.2 us, DeepSeek-V3 1204 -> 1184), which had been within 2% of the
+      pipelined 16x256 tile.
     - 64 rows: 64x256x128/8 warps/3 stages capped at 120 registers (2 CTAs per SM, 4-20 bytes spilled) is
       10-45% faster than 64x256x64 (T=2048 gpt-oss w1 1069 -> 952 us, w2 945 -> 524, DeepSeek-V3 3488 -> 3075).
+      Waiting kernels (capped at 120 or 128, or not) and caps of 128 or 168 were not faster at T=2048 with the
+      pipelined K loop (bench/results/2026-12-02a-probes: at best 1.6% on DeepSeek-V3, 1-8% slower on gpt-oss).
     - 128 rows: 128x256x128/8 warps/4 stages, 7-40% faster than the 64-row tiles (T=8192 gpt-oss w1 3005 ->
       2791 us, w2 2707 -> 1615, DeepSeek-V3 10101 -> 9038). Since the K loop keeps its wgmmas in flight, its
       binaries have ptxas's register hazard and its waiting kernel runs: 6-7% faster than the serialized loop
       was, 1-3% faster than the clean binaries capped at 232 registers (bench/results/2026-12-01n-probes).
     """
     if block_m <= 32:
-        few_rows_per_expert = n_expts is not None and m <= 2 * n_expts
-        wide_tiles = min(m, n_expts or m) * triton.cdiv(n, 256)
-        fills_half_the_sms = n_sms is None or 2 * wide_tiles >= n_sms
-        if few_rows_per_expert and fills_half_the_sms:
-            return 16, 256, 128, 8, 3, 128
-        return block_m, 128, 128, 4, 3, None
+        wide_tiles = min(m, n_expts or m) * triton.cdiv(n, 256)  # at most one row tile per expert
+        if n_expts is not None and block_m == 16 and (n_sms is None or 2 * wide_tiles >= n_sms):
+            if n_sms is not None and wide_tiles <= n_sms:
+                return 16, 256, 128, 8, 3, False, 128
+            return 16, 256, 128, 8, 3, True, 80
+        return block_m, 128, 128, 4, 3, False, None
     if block_m == 64:
-        return 64, 256, 128, 8, 3, 120
-    return 128, 256, 128, 8, 4, None
+        return 64, 256, 128, 8, 3, False, 120
+    return 128, 256, 128, 8, 4, False, None
 
 
 @lru_cache(maxsize=1024)
