@@ -198,7 +198,7 @@ def hazard_replacements() -> str:
             return "wait"
         tile = "x".join(map(str, (ran.block_m, ran.block_n, ran.block_k, ran.num_warps, ran.num_stages)))
         return tile + "-wait" if ran.wait_mma else tile
-    return " ".join(sorted({name(original, ran) for (_, original), ran in ogsgen_matmul._REPLACED.items()}))
+    return " ".join(sorted({name(original, ran) for (original, _), ran in ogsgen_matmul._REPLACED.items()}))
 
 
 def relative_errors(output, reference) -> tuple[float, float] | None:

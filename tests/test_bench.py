@@ -63,9 +63,9 @@ def test_hazard_replacements_name_what_ran_instead(monkeypatch):
     tile = OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=3, fallback_tiles=((128, 128, 8, 3, False),))
     monkeypatch.setattr(matmul, "_REPLACED", {})
     assert hazard_replacements() == ""
-    matmul._REPLACED.update({("a", tile): OptFlags(16, 128, 128, group_m=8, num_warps=8, num_stages=3),
-                             ("b", tile): OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=3, wait_mma=True)})
+    matmul._REPLACED.update({(tile, "a"): OptFlags(16, 128, 128, group_m=8, num_warps=8, num_stages=3),
+                             (tile, "b"): OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=3, wait_mma=True)})
     assert hazard_replacements() == "16x128x128x8x3 wait"
     # A fallback tile that waits for each wgmma: named with its tile.
-    matmul._REPLACED[("c", tile)] = OptFlags(16, 256, 128, group_m=8, num_warps=8, num_stages=4, wait_mma=True)
+    matmul._REPLACED[(tile, "c")] = OptFlags(16, 256, 128, group_m=8, num_warps=8, num_stages=4, wait_mma=True)
     assert hazard_replacements() == "16x128x128x8x3 16x256x128x8x4-wait wait"

@@ -289,13 +289,13 @@ def _simulate_hopper(monkeypatch, hazardous, record_stages=False):
     return launches
 
 
-def _mx_call(device, hopper: bool):
+def _mx_call(device, hopper: bool, k: int = 256):
     """A dense mxfp4 call of 8 rows (so 16-row tiles): strided or hopper-layout values."""
     from ogsgen.numerics import quantize_mx
     from ogsgen.numerics.layouts import swizzle_mx_values
-    values, scales = quantize_mx(torch.randn(256, 128, device=device).mT.contiguous(), "e2m1", axis=-1)  # K=256
+    values, scales = quantize_mx(torch.randn(k, 128, device=device).mT.contiguous(), "e2m1", axis=-1)
     w = swizzle_mx_values(values.mT, capability=(9, 0)) if hopper else values.mT
-    x = torch.randn(8, 256, device=device).bfloat16()
+    x = torch.randn(8, k, device=device).bfloat16()
     pc = ogsgen.PrecisionConfig(weight_scale=scales.mT)
     return lambda: ogsgen.matmul_ogs(x, w, None, precision_config=pc)
 
@@ -320,6 +320,20 @@ def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch, de
     assert launches == [(False, *tile, True), (True, *tile, True), (True, *tile, True), (True, *tile, False)]
 
 
+def test_a_replacement_holds_for_its_own_binary_only(monkeypatch, device):
+    # The hazard belongs to one binary. A call of the same launch parameters that compiles another binary (K
+    # with a tail: EVEN_K false) checks its own and runs it, clean here, whatever ran before it in the process
+    # (as in a fresh process that warm-up prepared, which compiled that call's plain binary only).
+    launches = _simulate_hopper(monkeypatch, lambda args, options: _hazard()
+                                if args["EVEN_K"] and not args["WAIT_MMA"] else None)
+    with pytest.warns(RuntimeWarning, match="ptxas let the next K step"):
+        _mx_call(device, hopper=False, k=256)()
+    _mx_call(device, hopper=False, k=288)()
+    assert [(wait_mma, checked) for wait_mma, *_, checked in launches] == [(False, True), (True, True),
+                                                                          (False, True)]
+    assert len(matmul._REPLACED) == 1
+
+
 def test_a_hazardous_hopper_tile_runs_its_clean_fallback_tile(monkeypatch, device):
     # A fallback tile (8 warps): its binary is checked, clean here, and used from then on, without waiting.
     launches = _simulate_hopper(monkeypatch, lambda args, options: _hazard() if options["num_warps"] == 4 else None)
@@ -332,7 +346,7 @@ def test_a_hazardous_hopper_tile_runs_its_clean_fallback_tile(monkeypatch, devic
     assert launches == [(False, 128, 4, True), (False, 128, 8, True), (False, 128, 8, True)]
     (original, replacement), = matmul._REPLACED.items()
     assert (replacement.num_warps, replacement.wait_mma, replacement.fallback_tiles) == (8, False, ())
-    assert original[1].fallback_tiles == ((128, 128, 8, 3, False),)
+    assert original[0].fallback_tiles == ((128, 128, 8, 3, False),)
 
 
 @pytest.mark.parametrize("clean_stages,runs", [(4, (False, 128, 4, 4)), (2, (True, 128, 8, 2))])
@@ -441,3 +455,4 @@ def test_a_binary_that_cannot_be_disassembled_is_treated_as_hazardous(monkeypatc
     with pytest.raises(wgmma_hazards.RegisterOperandHazard, match="could not be read to check .* assuming"):
         wgmma_hazards.check_compiled(Compiled())
     assert not list(tmp_path.rglob("hash"))  # no verdict kept: a later process with nvdisasm checks it
+

@@ -76,6 +76,15 @@ def _specialization_key(kernel, values: tuple, options: dict, device: int) -> tu
     return tuple(key)
 
 
+def binary_key(kernel, args: dict, options: dict) -> tuple:
+    """A key that separates every two calls of ``kernel`` whose binaries differ (``_specialization_key``; under
+    Triton's interpreter, which compiles nothing, every argument that is not a tensor)."""
+    if not isinstance(kernel, JITFunction):
+        return (kernel, *options.values(), *(v for v in args.values() if not isinstance(v, torch.Tensor)))
+    return _specialization_key(kernel, tuple(args[name] for name in kernel.arg_names), options,
+                               torch.cuda.current_device())
+
+
 def _verify(kernel, grid, args: dict, options: dict, verify) -> None:
     """Compile without launching and pass the binary to ``verify`` (once per binary), which raises to refuse it."""
     compiled = kernel.warmup(grid=grid, **args, **options)

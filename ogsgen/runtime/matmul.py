@@ -20,7 +20,7 @@ from ..numerics.mx import MX_BLOCK
 from ..numerics.scale_bounds import scales_at_most_2
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan
-from . import loader, plans, wgmma_hazards
+from . import launcher, loader, plans, wgmma_hazards
 from .opt_flags import OptFlags, current_constraints, make_opt_flags, reduce_tile, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 
@@ -357,15 +357,16 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
 
     ``operands``: bias, betas, gammas, y_acc_in, out_alpha and optionally split_k. MX-weight binaries on Hopper
     are checked for ptxas's wgmma register hazard before their first launch; one that has it is replaced for
-    good (per variant and flags) by :func:`_launch_hazard_free`.
+    good (that binary: the same flags may compile clean binaries for other calls) by :func:`_launch_hazard_free`.
     """
-    checked = variant.w.scaling == "block_e8m0" and _has_wgmma(call.x)
-    if checked:
-        flags = _REPLACED.get((variant, flags), flags)
     kernel, grid, args, options = _matmul_launch(variant, call, flags, out, **operands)
-    if not checked:
+    if not (variant.w.scaling == "block_e8m0" and _has_wgmma(call.x)):
         plans.launch(kernel, grid, args, compiling=_compiling(flags), **options)
         return
+    binary = launcher.binary_key(kernel, args, options)
+    if (replacement := _REPLACED.get((flags, binary))) is not None:
+        flags = replacement
+        kernel, grid, args, options = _matmul_launch(variant, call, flags, out, **operands)
     try:
         plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(flags),
                      **options)
@@ -374,7 +375,7 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
             raise wgmma_hazards.RegisterOperandHazard(
                 f"{hazard}: the waiting kernel has it too, so no binary of {canonical_name(variant)} with launch "
                 f"parameters {flags} is safe; try other opt_flags_constraints or another Triton release") from hazard
-        _launch_hazard_free(variant, call, flags, out, hazard, **operands)
+        _launch_hazard_free(variant, call, flags, binary, out, hazard, **operands)
 
 
 def _compiling(flags):
@@ -383,10 +384,12 @@ def _compiling(flags):
     return wgmma_hazards.waiting_for_each_wgmma_compiles if flags.wait_mma else None
 
 
-def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, hazard, **operands):
-    """Run a call whose MX binary has the wgmma register hazard on the first of the flags' fallback tiles whose
-    binary is clean and fits, else on the same tile waiting for each wgmma (checked as well). The choice is
-    remembered for (variant, flags), logged, and warned about once per process."""
+def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, binary: tuple, out: torch.Tensor, hazard,
+                        **operands):
+    """Run a call whose MX binary (``binary``: its ``launcher.binary_key``) has the wgmma register hazard on the
+    first of the flags' fallback tiles whose binary is clean and fits, else on the same tile waiting for each
+    wgmma (checked as well). The choice is remembered for (flags, binary), logged, and warned about once per
+    process."""
     replacement = None
     for tile in flags.fallback_tiles:
         candidate = flags.fallback(tile)
@@ -401,7 +404,7 @@ def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch
     if replacement is None:
         replacement = flags.waiting()
         _launch_matmul(variant, call, replacement, out, **operands)
-    _REPLACED[(variant, flags)] = replacement
+    _REPLACED[(flags, binary)] = replacement
     loader.log.info("%s; launch parameters %s now run as %s", hazard, flags, replacement)
     if len(_REPLACED) == 1:  # once per process; each configuration is logged on the ogsgen logger
         warnings.warn(f"ogsgen: {hazard}. ptxas let the next K step overwrite registers a wgmma still reads "
@@ -410,13 +413,15 @@ def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, out: torch
                       f"compiles them without the hazard.", RuntimeWarning, stacklevel=4)
 
 
-# (variant, opt flags) whose MX binary had the wgmma register hazard -> the flags their calls run instead.
+# (opt flags, launcher.binary_key) of MX binaries with the wgmma register hazard -> the flags their calls run
+# instead. Per binary: a specialization's hazard says nothing of another's (scales recorded <= 2 or not, K with a
+# tail or not), and a fresh process checks each binary it compiles.
 _REPLACED: dict = {}
 
 
 def forget_hazard_replacements() -> None:
-    """Forget which launch configurations this process replaced for the wgmma hazard, so that the next call of
-    each checks (and compiles) its own binary again, as a fresh process would."""
+    """Forget which binaries this process replaced for the wgmma hazard, so that the next call of each checks
+    (and compiles) its own binary again, as a fresh process would (probes report what each row replaced)."""
     _REPLACED.clear()
 
 

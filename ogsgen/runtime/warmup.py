@@ -68,13 +68,8 @@ class WarmupCall:
 
     def run(self, device) -> None:
         from ..moe.routing import routing
-        from . import matmul
         from .matmul import matmul_ogs
         from .types import Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig
-
-        # Replacements are remembered per launch configuration, whatever the specialization; a fresh process
-        # checks (compiles) each specialization's own binary first. So must this call.
-        matmul.forget_hazard_replacements()
 
         v, n, k = self.variant, _N, self.k
         n_out = n // v.reduction_n
