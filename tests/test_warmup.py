@@ -34,6 +34,10 @@ def test_warmup_without_a_gpu_says_so():
      [(4 * t, 5760, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]),
     ("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas",
      [(4 * t, 2880, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]),
+    # mxfp4 w1: at T=1 the 16x256 tiles fit in one wave (92 and 128 tiles), which keeps its wgmmas in flight
+    ("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu",
+     [(4 * t, 5760, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]
+     + [(8 * t, 4096, 7168, 256, max(1, 8 * t // 256)) for t in (1, 8, 32, 256, 2048, 8192)]),
     ("ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_gammas",  # gpt-oss w2 bf16: the persistent kernel from T=2048
      [(4 * t, 2880, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]),
     ("ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_act_swiglu",
@@ -123,8 +127,9 @@ def test_after_warmup_a_fresh_process_compiles_nothing(tmp_path):
         import torch, ogsgen
         from ogsgen.numerics import quantize_mx_torch
         act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+        # (1, 8, 4, 1024, 4608): the scatter's 16x256 tiles fit in one wave (4 experts x 18 tiles on 132 SMs)
         for tokens, experts, k_act, n, k in [(1, 128, 4, 1024, 512), (37, 64, 2, 768, 1024), (300, 32, 8, 512, 256),
-                                             (2500, 128, 4, 1024, 512), (50, 16, 1, 512, 256)]:
+                                             (2500, 128, 4, 1024, 512), (50, 16, 1, 512, 256), (1, 8, 4, 1024, 4608)]:
             rd, gi, si = ogsgen.routing(torch.randn(tokens, experts, device="cuda"), k_act)
             x = torch.randn(tokens, k, device="cuda").bfloat16()
             w = torch.randn(experts, k, n, device="cuda").bfloat16()

@@ -136,6 +136,9 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
     seen = {}
     router_like = not variant.ragged and variant.w.scaling == "none"
     ns = _NS + _NARROW_NS if router_like else _NS
+    if variant.ragged:  # per expert count, an N whose 256-column tiles just fill the SMs at a row per expert
+        # (the one-wave regime of the hopper mxfp4 decode tile, which the fixed sizes miss)
+        ns += tuple(256 * max(1, n_sms // experts) for experts in _EXPERTS)
     row_classes = (_SPARSE_ROWS, *_ROWS) if variant.ragged else _ROWS
     for rows, n, k, experts in itertools.product(row_classes, ns, _KS, _EXPERTS if variant.ragged else (None,)):
         if n % variant.reduction_n or (y_mx and n // variant.reduction_n < 32):
