@@ -74,6 +74,17 @@ def test_a_constrained_tile_drops_the_heuristic_register_cap():
     assert (invariant.block_m, invariant.maxnreg) == (128, None)  # enforce_bitwise_invariance's 128-row tile
 
 
+def test_a_constrained_tile_drops_the_heuristic_wait_for_each_wgmma():
+    # gpt-oss w2 T=8: the heuristic's 16x256 tile waits at 80 registers; another tile asked for runs its own
+    # binary (replaced by its waiting kernel only where that binary has the hazard) unless wait_mma is given.
+    def flags(constraints):
+        return _hopper_mxfp4(2880, 2880, 8, 128, 4, constraints=tuple(sorted(constraints.items())))
+    assert (flags({}).wait_mma, flags({}).maxnreg) == (True, 80)
+    assert (flags({"block_n": 128}).wait_mma, flags({"block_n": 128}).maxnreg) == (False, None)
+    assert flags({"block_n": 128, "wait_mma": True}).wait_mma
+    assert flags({"maxnreg": 96}).wait_mma  # not a tile key
+
+
 def test_matmul_picks_hopper_tiles_by_the_scales_layout(monkeypatch):
     # 256 dense rows of hopper-layout mxfp4: 128x256x128 with N-contiguous scales, 64x256x64 with K-contiguous.
     import torch

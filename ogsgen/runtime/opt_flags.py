@@ -47,6 +47,9 @@ class OptFlags:
 
 
 CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
+# The heuristic's choices that hold for its own tile only: another tile gets ptxas's register count and its own
+# binary (its waiting kernel only where that binary has the wgmma hazard), unless the constraints name them.
+_MEASURED_FOR_ITS_TILE = {"maxnreg": None, "wait_mma": False}
 _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
 _BOOLEAN_KEYS = ("persistent", "wait_mma")
 TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")  # a tile, as constraints name it
@@ -60,7 +63,8 @@ def opt_flags_constraints(**constraints):
 
     Example: ``with ogsgen.opt_flags_constraints(block_m=64, num_warps=4): matmul_ogs(...)``.
     Blocks nest; inner values win. A constrained tile (block sizes, warps, stages) drops the heuristic's
-    register cap (``maxnreg``), which was measured for the heuristic's tile, unless maxnreg is given too.
+    register cap (``maxnreg``) and its waiting for each wgmma (``wait_mma``), which were measured for the
+    heuristic's tile, unless they are given too.
     """
     for key, value in constraints.items():
         if key not in CONSTRAINT_KEYS:
@@ -247,14 +251,14 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     flags = _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
                        n_sms, w_mx_layout, persistent_blocker is None and not bitwise_invariant,
                        mx_scales_n_contiguous)
-    # Tiles changed here drop the heuristic's register cap, which was measured for its own tile.
+    # Tiles changed here drop the heuristic's register cap and wait for each wgmma, measured for its own tile.
     if bitwise_invariant:
-        flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, maxnreg=None)
+        flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
     if y_mx and flags.block_n < 32 * reduction_n:  # each output tile holds whole 32-column scale blocks
-        flags = replace(flags, block_n=32 * reduction_n, maxnreg=None)
+        flags = replace(flags, block_n=32 * reduction_n, **_MEASURED_FOR_ITS_TILE)
     constrained = dict(constraints)
-    if "maxnreg" not in constrained and any(key in constrained for key in TILE_KEYS):
-        constrained["maxnreg"] = None  # the heuristic's register cap belongs to its own tile
+    if any(key in constrained for key in TILE_KEYS):
+        constrained = {**_MEASURED_FOR_ITS_TILE, **constrained}
     flags = replace(flags, **constrained)
     operands = (itemsize, reduction_n, w_mx_layout, y_mx)
     if (problem := _tile_problem(flags, *operands)) is not None:
