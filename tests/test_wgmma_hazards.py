@@ -455,4 +455,3 @@ def test_a_binary_that_cannot_be_disassembled_is_treated_as_hazardous(monkeypatc
     with pytest.raises(wgmma_hazards.RegisterOperandHazard, match="could not be read to check .* assuming"):
         wgmma_hazards.check_compiled(Compiled())
     assert not list(tmp_path.rglob("hash"))  # no verdict kept: a later process with nvdisasm checks it
-
