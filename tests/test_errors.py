@@ -169,6 +169,12 @@ def test_persistent_constraint_names_what_blocks_it(device):
         with pytest.raises(ogsgen.InapplicableConstraint, match=r"TMA needs x 16-byte aligned, contiguous along its "
                                                                 r"last dimension .* pass x.contiguous\(\)"):
             matmul_ogs(torch.randn(16, 8, device=device, dtype=torch.float16).T, w[0], None)
+        with pytest.raises(ogsgen.InapplicableConstraint, match=r"TMA needs rows of a multiple of 16 bytes: the "
+                                                                r"output's rows \(12 columns of 2 bytes\) are not"):
+            matmul_ogs(x, w[0, :, :12].contiguous(), None)
+        with pytest.raises(ogsgen.InapplicableConstraint, match=r"TMA needs y 16-byte aligned, contiguous along its "
+                                                                r"last dimension .* pass y.contiguous\(\)"):
+            matmul_ogs(x, w[0], None, y=torch.empty(32, 8, device=device, dtype=torch.float16).T)
         with pytest.raises(ogsgen.InapplicableConstraint, match=r"x is empty \(shape \(8, 0\)\): a TMA descriptor"):
             matmul_ogs(x[:, :0], w[0, :0], torch.zeros(32, device=device))
         with pytest.raises(ogsgen.InapplicableConstraint, match="the persistent kernel does not split K"):

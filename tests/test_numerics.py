@@ -80,7 +80,8 @@ PERSISTENT = sorted(name for name, v in DEFAULT.items() if v.has_persistent_kern
 @pytest.mark.parametrize("name", PERSISTENT)
 def test_persistent_kernel(name, device):
     # Small tiles: every program loops over several tiles (the interpreter runs three programs), and M, N and K
-    # all have tails, which TMA zero-fills (K = 56 and 40 are multiples of 8, as TMA's 16-byte strides need).
+    # all have tails, which TMA zero-fills (K = 56 and 40 are multiples of 8, as TMA's 16-byte strides need, and
+    # N = 80 and 48 multiples of 16, so that Y's rows after SwiGLU are too).
     variant = DEFAULT[name]
     with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
         if variant.ragged:
@@ -90,13 +91,13 @@ def test_persistent_kernel(name, device):
             if variant.gather:  # x gathered ahead of the kernel; dropped gates (-1) must not disturb it
                 run_moe_case(variant, 19, 32, 24, 4, 2, device, drop=0.3)
         else:
-            run_case(variant, 37, 72, 56, device, allow_tf32=False)
-            run_case(variant, 20, 40, 24, device, batch=3, allow_tf32=False)
+            run_case(variant, 37, 80, 56, device, allow_tf32=False)
+            run_case(variant, 20, 48, 24, device, batch=3, allow_tf32=False)
 
 
-def test_heuristic_falls_back_to_the_tiled_kernel_where_tma_cannot_read_x(device, monkeypatch):
-    # A shape the heuristic runs persistently (on the interpreter, or on a GPU with TMA); x transposed has no
-    # TMA descriptor (its last stride is not 1), so the same call takes the tiled kernel, with the same result.
+def test_heuristic_falls_back_to_the_tiled_kernel_where_tma_cannot_read_x_or_write_y(device, monkeypatch):
+    # A shape the heuristic runs persistently (on the interpreter, or on a GPU with TMA); x or y transposed has
+    # no TMA descriptor (its last stride is not 1), so the same call takes the tiled kernel, with the same result.
     launched = []
     original = loader.kernel_for
     monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(persistent) or
@@ -107,7 +108,8 @@ def test_heuristic_falls_back_to_the_tiled_kernel_where_tma_cannot_read_x(device
     m, n, k = (4096, 2048, 256) if device == "cuda" else (128, 256, 256)  # on a GPU, tiles for every SM
     run_case(variant, m, n, k, device)
     run_case(variant, m, n, k, device, x_transposed=True)
-    assert launched == [True, False]
+    run_case(variant, m, n, k, device, y_transposed=True)
+    assert launched == [True, False, False]
 
 
 def test_every_default_variant_was_launched():

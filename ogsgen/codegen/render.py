@@ -133,6 +133,8 @@ def _runtime_ints(variant: KernelVariant, persistent: bool = False) -> list[str]
 
 
 def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
+    from ..runtime.descriptors import RAGGED_ROWS_BOUND
+
     variant.check_supported()
     name = canonical_name(variant)
     provenance = {"ogsgen_version": __version__, "catalog": catalog_name, "variant": name,
@@ -154,6 +156,7 @@ def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
         fp8_dot=variant.x.bits == 8 and variant.w.bits == 8 and variant.w.scaling == "flexpoint",
         helpers=sorted(helpers_used(variant)),
         y_mx=_mx_constants(variant.y.element) if variant.y.scaling == "block_e8m0" else {},
+        ragged_rows_bound=hex(RAGGED_ROWS_BOUND),
     )
     ast.parse(source, filename=f"{name}.py")  # a template bug must fail here, not at import time
     return RenderedKernel(name, variant, source, provenance)

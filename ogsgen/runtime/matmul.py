@@ -21,6 +21,7 @@ from ..numerics.scale_bounds import scales_at_most_2
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan
 from . import launcher, loader, plans, wgmma_hazards
+from .descriptors import ragged_rows_descriptor
 from .opt_flags import OptFlags, current_constraints, make_opt_flags, reduce_tile, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 
@@ -199,14 +200,18 @@ def _persistent_blocker(variant: KernelVariant, x: torch.Tensor) -> str | None:
     return None
 
 
-def _tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool) -> str | None:
-    """None when TMA descriptors can describe x and w, else what to change. (``x_gathered``: the kernel reads a
-    contiguous gathered copy of x, whose rows need a multiple of 16 bytes.)"""
+def _tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool, y: torch.Tensor | None) -> str | None:
+    """None when TMA descriptors can describe x, w and y, else what to change. (``x_gathered``: the kernel reads
+    a contiguous gathered copy of x, whose rows need a multiple of 16 bytes. ``y``: the output the kernel stores
+    by TMA, None where it stores by pointers.)"""
     if x_gathered:
         if x.shape[-1] * x.element_size() % 16:
             return f"TMA needs rows of a multiple of 16 bytes: K={x.shape[-1]} must be a multiple of 8"
         x = None
-    for name, tensor in (("x", x), ("w", w)):
+    if y is not None and y.shape[-1] * y.element_size() % 16:
+        return (f"TMA needs rows of a multiple of 16 bytes: the output's rows ({y.shape[-1]} columns of "
+                f"{y.element_size()} bytes) are not; N // reduction_n must be a multiple of {16 // y.element_size()}")
+    for name, tensor in (("x", x), ("w", w), ("y", y)):
         if tensor is None:
             continue
         if tensor.numel() == 0:
@@ -430,14 +435,17 @@ def _matmul_launch(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
     """(kernel, grid, arguments, options) of the matmul kernel for these flags."""
     ragged = variant.ragged
     if flags.persistent:
-        args, grid = _persistent_operand_args(variant, call, flags)
+        args, grid = _persistent_operand_args(variant, call, flags, out)
     else:
         args, grid = _tiled_operand_args(variant, call, flags, out, split_k)
-    args.update(Y=out, stride_y_m=out.stride(-2), stride_y_n=out.stride(-1),
-                out_alpha=1.0 if out_alpha is None else float(out_alpha), N=call.n, K=call.k,
+    args.update(out_alpha=1.0 if out_alpha is None else float(out_alpha), N=call.n, K=call.k,
                 BLOCK_M=flags.block_m, BLOCK_N=flags.block_n, BLOCK_K=flags.block_k, GROUP_M=flags.group_m)
     if not ragged:
-        args.update(M=call.m, stride_y_b=out.stride(-3) if out.ndim >= 3 else 0)
+        args["M"] = call.m
+    if "YDesc" not in args:
+        args.update(Y=out, stride_y_m=out.stride(-2), stride_y_n=out.stride(-1))
+        if not ragged:
+            args["stride_y_b"] = out.stride(-3) if out.ndim >= 3 else 0
     if variant.y.scaling == "flexpoint":
         args.update(_flex_output_args(call.pc, ragged))
     if variant.y.scaling == "block_e8m0":
@@ -522,14 +530,24 @@ def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch
     return args, (grid_m * _cdiv(call.n, flags.block_n), call.batch, split_k)
 
 
-def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags):
-    """Operand arguments and grid of the persistent kernel: TMA descriptors of x (batch, rows, K) and
-    w (experts or batch, K, N), and at most one program per SM."""
+def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor):
+    """Operand arguments and grid of the persistent kernel: TMA descriptors of x (ragged rows, or batch, rows,
+    K), w (experts or batch, K, N) and, where that kernel stores by TMA, of Y (as x) in half tiles; at most one
+    program per SM."""
     x = _rows_in_sorted_order(call) if variant.gather else call.x
     w = call.w
-    x3, w3 = (x if x.ndim == 3 else x.unsqueeze(0)), (w if w.ndim == 3 else w.unsqueeze(0))
-    args = dict(XDesc=TensorDescriptor.from_tensor(x3, [1, flags.block_m, flags.block_k]),
-                WDesc=TensorDescriptor.from_tensor(w3, [1, flags.block_k, flags.block_n]))
+    w3 = w if w.ndim == 3 else w.unsqueeze(0)
+    args = dict(WDesc=TensorDescriptor.from_tensor(w3, [1, flags.block_k, flags.block_n]))
+    y_block = [flags.block_m, flags.block_n // 2 // variant.reduction_n]  # the epilogue stores half tiles
+    if variant.ragged:
+        args["XDesc"] = ragged_rows_descriptor(x, flags.block_m, flags.block_k)
+        if variant.persistent_stores_y_by_tma:
+            args["YDesc"] = ragged_rows_descriptor(out, *y_block)
+    else:
+        x3 = x if x.ndim == 3 else x.unsqueeze(0)
+        args["XDesc"] = TensorDescriptor.from_tensor(x3, [1, flags.block_m, flags.block_k])
+        if variant.persistent_stores_y_by_tma:
+            args["YDesc"] = TensorDescriptor.from_tensor(out if out.ndim == 3 else out.unsqueeze(0), [1, *y_block])
     if variant.ragged:
         meta = call.routing.expt_data
         n_expts = call.routing.n_expts_tot
@@ -793,21 +811,27 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
     scales_n_contiguous = w_fmt.scaling == "block_e8m0" and pc.weight_scale.stride(-1) == 1
+    topk = scatter_indx is not None and routing_data.n_expts_act > 1
+    if topk:  # the matmul writes its rows in sorted order to scratch, and a reduce combines each token's k
+        matmul_variant, reduce_variant = topk_plan(variant)
+        matmul_out = plans.new_buffer((m, n_out), matmul_variant.y.torch_dtype, x.device)
+    else:
+        matmul_variant, matmul_out = variant, y
     flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x), scales_n_contiguous)
-    if flags.persistent and (tma_blocker := _tma_blocker(x, w, gather_indx is not None)) is not None:
-        # the tiled kernel, or the error if persistent was forced
-        flags = make_opt_flags(*flag_args, tma_blocker, scales_n_contiguous)
+    if flags.persistent:
+        y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
+        if (tma_blocker := _tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
+            # the tiled kernel, or the error if persistent was forced
+            flags = make_opt_flags(*flag_args, tma_blocker, scales_n_contiguous)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     if other_device:
         plans.not_plannable()  # a plan launches on the current device
     with torch.cuda.device(x.device) if other_device else contextlib.nullcontext():
-        if scatter_indx is not None and routing_data.n_expts_act > 1:
-            matmul_variant, reduce_variant = topk_plan(variant)
-            scratch = plans.new_buffer((m, n_out), matmul_variant.y.torch_dtype, x.device)
-            _launch_matmul(matmul_variant, call, flags, scratch, bias=bias, betas=betas, gammas=None,
+        if topk:
+            _launch_matmul(matmul_variant, call, flags, matmul_out, bias=bias, betas=betas, gammas=None,
                            y_acc_in=None, out_alpha=out_alpha)
-            _launch_reduce(reduce_variant, call, scratch, _as_3d(y), gammas=gammas,
+            _launch_reduce(reduce_variant, call, matmul_out, _as_3d(y), gammas=gammas,
                            epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul,
                            scatter_src=scatter_indx.src_indx)
         elif flags.split_k > 1:

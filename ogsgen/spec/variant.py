@@ -116,6 +116,12 @@ class KernelVariant:
         kernel reads x already gathered into the sorted rows' order (Hopper's TMA cannot gather rows)."""
         return self.family == "matmul" and self.x == self.w and self.x.bits == 16 and self.x.scaling == "none"
 
+    @cached_property
+    def persistent_stores_y_by_tma(self) -> bool:
+        """Whether the persistent kernel stores its Y tiles by TMA (a descriptor of Y): plain Y written in the
+        sorted rows' order. Scattered rows and scaled outputs (flexpoint, MX) take pointer stores."""
+        return self.has_persistent_kernel and not self.scatter and self.y.scaling == "none"
+
     def functions(self) -> dict[str, FnSpecs]:
         return {kind: spec for kind in ("activation", "epilogue") if (spec := getattr(self, kind)) is not None}
 
