@@ -11,7 +11,8 @@ K-contiguous; triton_kernels' mxfp4 uses its Hopper swizzled layouts. Peers, mea
 the same process: triton_kernels' matmul_ogs (when importable), torch._grouped_mm (bf16, rows pre-sorted) and
 torch.matmul (dense).
 
-Timing: triton.testing.do_bench (eager) and do_bench_cudagraph (graph), medians. Byte accounting as in
+Timing: triton.testing.do_bench (eager) and do_bench_cudagraph (graph), medians; a case's implementations take
+turns in the graph timing (graph_medians). Byte accounting as in
 h200_peer_baseline.md: x bytes + bytes of the weights of experts with at least one row + y bytes; TFLOP/s =
 2 * rows * K * N / time. Writes results.csv, a PNG plot, table.md (times, ratios to the peers, geometric means)
 and a printed table; the environment goes to env.json. Each case draws its inputs from a seed of its own (shape
@@ -31,6 +32,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 import zlib
@@ -52,11 +54,24 @@ MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
 DENSE_SHAPES = [(8192, 8192, 8192), (4096, 5760, 2880), (64, 5760, 2880)]
 
 
-def median_times(fn):
-    """(eager ms, graph ms): medians over repeated runs."""
-    eager = do_bench(fn, warmup=25, rep=100, return_mode="median")
-    graph = do_bench_cudagraph(fn, rep=100, return_mode="median")
-    return eager, graph
+GRAPH_ROUNDS, GRAPH_REP_MS = 3, 40
+
+
+def graph_medians(fns) -> list:
+    """CUDA-graph medians (ms) of one case's implementations, timed in turn for GRAPH_ROUNDS rounds of
+    GRAPH_REP_MS each, each the median of its rounds (an exception for one that fails). Large cases run at the
+    GPU's power limit, with clocks that drift as it warms (bench/results/2026-12-02b-probes): taking turns
+    spreads the drift over the implementations instead of charging it to whichever runs last."""
+    times = [[] for _ in fns]
+    for _ in range(GRAPH_ROUNDS):
+        for fn, samples in zip(fns, times):
+            if samples and isinstance(samples[-1], Exception):
+                continue
+            try:
+                samples.append(do_bench_cudagraph(fn, rep=GRAPH_REP_MS, return_mode="median"))
+            except Exception as exc:  # recorded as that implementation's error
+                samples.append(exc)
+    return [samples[-1] if isinstance(samples[-1], Exception) else statistics.median(samples) for samples in times]
 
 
 def triton_kernels_or_none():
@@ -246,6 +261,53 @@ def markdown_table(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def measure_case(case: str, items) -> list[dict]:
+    """results.csv rows of one case from its (impl, fn, flops, bytes) items (moe_cases, dense_cases): each
+    implementation's eager median, its CUDA-graph median (graph_medians: all of them in turn) and its errors
+    against the float32 references among the items ("reference IMPL" for IMPL's own, then "reference" for the
+    others)."""
+    items, rows, timed = list(items), [], []  # timed: (row, fn, output, flops, bytes moved)
+    for impl, fn, flops, bytes_moved in items:
+        if impl.startswith("reference"):
+            continue
+        row = dict(case=case, impl=impl, eager_us="", graph_us="", tflops="", tbps="", error="", rms_err="",
+                   max_err="", replaced_by="")
+        try:
+            ogsgen_matmul.forget_hazard_replacements()  # the row then says what replaced its MX binaries, if anything
+            output = fn()
+            if impl == "ogsgen":
+                row["replaced_by"] = hazard_replacements()
+            row["eager_us"] = do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+            timed.append((row, fn, output, flops, bytes_moved))
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        rows.append(row)
+    for (row, _, _, flops, bytes_moved), ms in zip(timed, graph_medians([fn for _, fn, *_ in timed])):
+        if isinstance(ms, Exception):
+            row.update(eager_us="", error=f"{type(ms).__name__}: {str(ms).splitlines()[0][:160]}")
+        else:
+            row.update(graph_us=ms * 1e3, tflops=flops / (ms * 1e-3) / 1e12, tbps=bytes_moved / (ms * 1e-3) / 1e12)
+    for impl, fn, _, _ in items:
+        if not impl.startswith("reference"):
+            continue
+        reference, target = fn().float(), impl[len("reference "):]
+        for row, _, output, _, _ in timed:
+            if row["rms_err"] or row["error"] or (target and row["impl"] != target):
+                continue
+            errors = relative_errors(output, reference)
+            if errors is None:
+                row.update(rms_err="n/a", max_err="n/a")
+                continue
+            row.update(rms_err=f"{errors[0]:.2e}", max_err=f"{errors[1]:.2e}")
+            if errors[0] > ERROR_LIMIT:
+                print(f"{case:42s} {row['impl']:18s} OUTPUT OFF THE REFERENCE: rms {errors[0]:.2e}", flush=True)
+    for row in rows:
+        print(f"{case:42s} {row['impl']:18s} " + (f"graph {row['graph_us']:9.1f} us  eager {row['eager_us']:9.1f} us  "
+                                                  f"{row['tflops']:6.1f} TF/s {row['tbps']:5.2f} TB/s"
+                                                  if not row["error"] else row["error"]), flush=True)
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
@@ -270,52 +332,15 @@ def main():
     (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     rows = []
 
-    outputs = []  # (row, output) of this case's implementations, until its reference comes
-
-    def record(case, impl, fn, flops, bytes_moved):
-        if impl.startswith("reference"):  # "reference IMPL" for one implementation, then "reference" for the rest
-            reference, target = fn().float(), impl[len("reference "):]
-            for row, output in outputs:
-                if row["rms_err"] or (target and row["impl"] != target):
-                    continue
-                errors = relative_errors(output, reference)
-                if errors is None:
-                    row.update(rms_err="n/a", max_err="n/a")
-                    continue
-                row.update(rms_err=f"{errors[0]:.2e}", max_err=f"{errors[1]:.2e}")
-                if errors[0] > ERROR_LIMIT:
-                    print(f"{case:42s} {row['impl']:18s} OUTPUT OFF THE REFERENCE: rms {errors[0]:.2e}", flush=True)
-            if not target:
-                outputs.clear()
-            return
-        try:
-            ogsgen_matmul.forget_hazard_replacements()  # the row then says what replaced its MX binaries, if anything
-            output = fn()
-            eager, graph = median_times(fn)
-            row = dict(case=case, impl=impl, eager_us=eager * 1e3, graph_us=graph * 1e3,
-                       tflops=flops / (graph * 1e-3) / 1e12, tbps=bytes_moved / (graph * 1e-3) / 1e12, error="",
-                       rms_err="", max_err="", replaced_by=hazard_replacements() if impl == "ogsgen" else "")
-            outputs.append((row, output))
-        except Exception as exc:
-            row = dict(case=case, impl=impl, eager_us="", graph_us="", tflops="", tbps="",
-                       error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}", rms_err="", max_err="",
-                       replaced_by="")
-        rows.append(row)
-        print(f"{case:42s} {impl:18s} " + (f"graph {row['graph_us']:9.1f} us  eager {row['eager_us']:9.1f} us  "
-                                           f"{row['tflops']:6.1f} TF/s {row['tbps']:5.2f} TB/s"
-                                           if not row["error"] else row["error"]), flush=True)
-
     for name in args.shapes:
         for weight_format in args.formats:
             for tokens in args.tokens:
-                for impl, fn, flops, bytes_moved in moe_cases(name, tokens, weight_format, tk):
-                    record(f"{name} {weight_format} T={tokens}", impl, fn, flops, bytes_moved)
+                rows += measure_case(f"{name} {weight_format} T={tokens}", moe_cases(name, tokens, weight_format, tk))
                 write_csv(rows, args.out / "results.csv")  # what is measured so far survives a later failure
                 torch.cuda.empty_cache()
     if not args.no_dense:
         for m, n, k in DENSE_SHAPES:
-            for impl, fn, flops, bytes_moved in dense_cases(m, n, k, tk):
-                record(f"dense bf16 {m}x{n}x{k}", impl, fn, flops, bytes_moved)
+            rows += measure_case(f"dense bf16 {m}x{n}x{k}", dense_cases(m, n, k, tk))
     # Host overhead of one eager call of a cached variant (gpt-oss w1, T=1, gather, bf16).
     for impl, fn, _, _ in moe_cases("gpt-oss w1", 1, "bf16", tk):
         if impl.startswith("reference"):

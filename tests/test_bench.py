@@ -69,3 +69,35 @@ def test_hazard_replacements_name_what_ran_instead(monkeypatch):
     # A fallback tile that waits for each wgmma: named with its tile.
     matmul._REPLACED[(tile, "c")] = OptFlags(16, 256, 128, group_m=8, num_warps=8, num_stages=4, wait_mma=True)
     assert hazard_replacements() == "16x128x128x8x3 16x256x128x8x4-wait wait"
+
+
+def test_a_case_times_its_implementations_in_turn_and_checks_them_against_their_references(monkeypatch):
+    import bench_moe
+    timed = []
+    graph_ms = {"ogsgen": iter([1.0, 3.0, 2.0]), "triton_kernels": iter([4.0, 6.0, 5.0])}
+
+    def fake_graph(fn, rep, return_mode):
+        timed.append(fn.__name__)
+        return next(graph_ms[fn.__name__])
+    monkeypatch.setattr(bench_moe, "do_bench_cudagraph", fake_graph)
+    monkeypatch.setattr(bench_moe, "do_bench", lambda fn, warmup, rep, return_mode: 10.0)
+    reference = torch.ones(2, 2)
+
+    def ogsgen():
+        return reference * 1.001
+
+    def triton_kernels():
+        return reference.flip(0) * 1.5  # its own row order: checked against its own reference only
+
+    def broken():
+        raise RuntimeError("no kernel for this shape\nmore")
+    items = [("ogsgen", ogsgen, 8e9, 4e9), ("triton_kernels", triton_kernels, 8e9, 4e9),
+             ("reference triton_kernels", lambda: reference.flip(0) * 1.5, None, None),
+             ("torch._grouped_mm", broken, 8e9, 4e9), ("reference", lambda: reference, None, None)]
+    rows = {row["impl"]: row for row in bench_moe.measure_case("gpt-oss w1 bf16 T=1", items)}
+    assert timed == ["ogsgen", "triton_kernels"] * bench_moe.GRAPH_ROUNDS
+    assert rows["ogsgen"]["graph_us"] == 2000.0 and rows["triton_kernels"]["graph_us"] == 5000.0  # medians
+    assert rows["ogsgen"]["eager_us"] == 10000.0 and rows["ogsgen"]["tflops"] == 4.0
+    assert rows["ogsgen"]["rms_err"] == "1.00e-03" and rows["triton_kernels"]["rms_err"] == "0.00e+00"
+    assert rows["torch._grouped_mm"]["error"] == "RuntimeError: no kernel for this shape"
+    assert rows["torch._grouped_mm"]["graph_us"] == ""
