@@ -758,12 +758,13 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     if out_alpha is not None and not isinstance(out_alpha, (int, float)):
         raise TypeError(f"out_alpha must be a Python float, got {type(out_alpha).__name__}")
     out_shape = (batch, out_rows, n_out) if batched else (out_rows, n_out)
+    shapes = (out_shape,) if batched else (out_shape, (1, out_rows, n_out))  # a single matmul: 2-D or 3-D
     for name, buffer in (("y", y), ("y_acc_in", y_acc_in)):
         if buffer is None:
             continue
         _check_tensor(buffer, name, ndims=(2, 3))
-        if tuple(buffer.shape) != out_shape and tuple(buffer.shape) != (1, out_rows, n_out):
-            raise SpecError(f"{name} must have shape {out_shape}, got {tuple(buffer.shape)}")
+        if tuple(buffer.shape) not in shapes:
+            raise SpecError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(buffer.shape)}")
     if y_fmt.scaling == "block_e8m0":
         expected = out_shape[:-1] + (_cdiv(n_out, MX_BLOCK),)
         _check_tensor(pc.out_scale, "precision_config.out_scale", dtype=torch.uint8)
