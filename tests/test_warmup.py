@@ -37,7 +37,9 @@ def test_warmup_without_a_gpu_says_so():
     # mxfp4 w1: at T=1 the 16x256 tiles fit in one wave (92 and 128 tiles), which keeps its wgmmas in flight
     ("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu",
      [(4 * t, 5760, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]
-     + [(8 * t, 4096, 7168, 256, max(1, 8 * t // 256)) for t in (1, 8, 32, 256, 2048, 8192)]),
+     + [(8 * t, 4096, 7168, 256, max(1, 8 * t // 256)) for t in (1, 8, 32, 256, 2048, 8192)]
+     # 64 experts, top-6, T=1: 66 tiles, half the SMs, so split K doubles them
+     + [(6, 2816, 2880, 64, 1)]),
     ("ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_gammas",  # gpt-oss w2 bf16: the persistent kernel from T=2048
      [(4 * t, 2880, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]),
     ("ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_act_swiglu",

@@ -140,7 +140,11 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
         # (the one-wave regime of the hopper mxfp4 decode tile, which the fixed sizes miss)
         ns += tuple(256 * max(1, n_sms // experts) for experts in _EXPERTS)
     row_classes = (_SPARSE_ROWS, *_ROWS) if variant.ragged else _ROWS
-    for rows, n, k, experts in itertools.product(row_classes, ns, _KS, _EXPERTS if variant.ragged else (None,)):
+    sizes = list(itertools.product(row_classes, ns, _KS, _EXPERTS if variant.ragged else (None,)))
+    if variant.ragged:  # a single row whose 256-column tiles fill exactly half the SMs, where split K doubles
+        # that one-wave tile (rows per expert 1 / experts: one row in all)
+        sizes += [(1 / experts, 256 * (n_sms // 2), k, experts) for k in _KS for experts in _EXPERTS]
+    for rows, n, k, experts in sizes:
         if n % variant.reduction_n or (y_mx and n // variant.reduction_n < 32):
             continue
         if variant.ragged:
