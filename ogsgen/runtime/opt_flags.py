@@ -292,6 +292,13 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     """Why the operands cannot take this tile's block sizes, or None."""
     if y_mx and (flags.block_n // reduction_n) % 32:
         return f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a multiple of 32"
+    # The persistent kernel's epilogue works on column halves, stored by TMA in boxes of at least 16 bytes.
+    if flags.persistent and flags.block_n // 2 // reduction_n < 8:
+        return (f"block_n={flags.block_n}: the persistent kernel stores half tiles of at least 8 output columns, "
+                f"so block_n must be at least {16 * reduction_n}")
+    if flags.persistent and y_mx and (flags.block_n // 2 // reduction_n) % 32:
+        return (f"block_n={flags.block_n}: the persistent kernel stores half tiles, and an mx output needs "
+                f"block_n // 2 // reduction_n to be a multiple of 32")
     if itemsize == 1 and flags.block_k < 32:
         return f"block_k={flags.block_k}: an fp8 dot needs block_k >= 32"
     if w_mx_layout == "hopper" and flags.block_k % 64:
