@@ -1,7 +1,7 @@
 """Probe: which launch parameters the matmul_ogs kernels want on this GPU, per shape and weight format.
 
     PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|mxfp4|mxfp4-strided|mxfp4-kscales]
-        [--cases "gpt-oss w1:256" ...] [--tiles 16x256x128x8x3 16x256x128x8x3w ...]
+        [--cases "gpt-oss w1:256" "dense:64x5760x2880" ...] [--tiles 16x256x128x8x3 16x256x128x8x3w ...]
 
 Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
 tile and writes OUT/tile_sweep_FORMAT.csv (CUDA-graph medians, and each tile's largest difference from the
@@ -11,12 +11,14 @@ heuristic in ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTE
 ``replaced_by``: the MX binary had ptxas's wgmma register hazard, and the call ran this instead ("wait": the
 tile's waiting kernel; a tile: a fallback tile of the heuristic's, "-wait" if it waits; see
 ogsgen.runtime.wgmma_hazards). A tile asked for here has no fallback tiles: its own binary or waiting kernel.
-A tile ending in "w" asks for the waiting kernel itself (``wait_mma``), hazard or not; "r128" caps ptxas at
-128 registers per thread (``maxnreg``).
+A tile ending in "w" asks for the waiting kernel itself (``wait_mma``), hazard or not; "p" runs the persistent
+TMA kernel (``persistent``); "s2" splits K in two (``split_k``); "r128" caps ptxas at 128 registers per thread
+(``maxnreg``).
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -57,20 +59,35 @@ def sweep(weight_format, cases=None, tiles=None):
 
 
 def parse_tile(text):
-    """"16x128x128x8x3" -> its opt_flags_constraints; a trailing "w" adds wait_mma=True, "r128" maxnreg=128."""
-    text, _, maxnreg = text.partition("r")
-    waits = text.endswith("w")
-    constraints = dict(zip(TILE_KEYS, (int(v) for v in text.removesuffix("w").split("x"))))
+    """"16x128x128x8x3" -> its opt_flags_constraints; a trailing "w" adds wait_mma=True, "p" persistent=True,
+    "s2" split_k=2, "r128" maxnreg=128 (in that order)."""
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)x(\d+)(w?)(p?)(?:s(\d+))?(?:r(\d+))?", text)
+    if match is None:
+        raise SystemExit(f"--tiles: cannot read {text!r}; write BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG]")
+    *tile, waits, persistent, split_k, maxnreg = match.groups()
+    constraints = dict(zip(TILE_KEYS, map(int, tile)))
     if waits:
         constraints["wait_mma"] = True
+    if persistent:
+        constraints["persistent"] = True
+    if split_k:
+        constraints["split_k"] = int(split_k)
     if maxnreg:
         constraints["maxnreg"] = int(maxnreg)
     return constraints
 
 
 def tile_name(tile):
-    return ("x".join(str(tile[key]) for key in TILE_KEYS)
-            + ("w" if tile.get("wait_mma") else "") + (f"r{tile['maxnreg']}" if "maxnreg" in tile else ""))
+    return ("x".join(str(tile[key]) for key in TILE_KEYS) + ("w" if tile.get("wait_mma") else "")
+            + ("p" if tile.get("persistent") else "")
+            + (f"s{tile['split_k']}" if "split_k" in tile else "")
+            + (f"r{tile['maxnreg']}" if "maxnreg" in tile else ""))
+
+
+def parse_case(text):
+    """"gpt-oss w2:8" -> ("gpt-oss w2", 8); "dense:64x5760x2880" -> ("dense", (64, 5760, 2880))."""
+    name, _, size = text.rpartition(":")
+    return (name, tuple(map(int, size.split("x")))) if name == "dense" else (name, int(size))
 
 
 def case_fn(name, size, weight_format):
@@ -87,12 +104,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", default="bf16", choices=["bf16", "mxfp4", "mxfp4-strided", "mxfp4-kscales"])
-    parser.add_argument("--cases", nargs="+", help='MoE cases as "shape:tokens" (default: the built-in list)')
+    parser.add_argument("--cases", nargs="+", help='cases as "shape:tokens" or "dense:MxNxK" (default: the built-in list)')
     parser.add_argument("--tiles", nargs="+",
-                        help="tiles as BMxBNxBKxWARPSxSTAGES[w][rMAXNREG] (default: the built-in list)")
+                        help="tiles as BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG] (default: the built-in list)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    cases = [(c.rsplit(":", 1)[0], int(c.rsplit(":", 1)[1])) for c in args.cases] if args.cases else None
+    cases = [parse_case(c) for c in args.cases] if args.cases else None
     tiles = [parse_tile(t) for t in args.tiles] if args.tiles else None
     rows = []
     for name, size, tiles in sweep(args.format, cases, tiles):
