@@ -1,4 +1,7 @@
 """The launch-parameter heuristic's choices that measurements on the H200 fixed (bench/results/*-probes)."""
+import pytest
+
+from ogsgen.errors import InapplicableConstraint
 from ogsgen.runtime.opt_flags import make_opt_flags
 
 
@@ -27,6 +30,44 @@ def test_hopper_mxfp4_decode_tiles_follow_k():
     deepseek = make_opt_flags(2, 1, 64, 4096, 7168, 1, 256, 1, True, 132, "hopper")
     assert _tile(deepseek) == (16, 128, 128, 4, 3, False)
     assert _tile(_gpt_oss_w1(2, 32, "hopper")) == (32, 128, 128, 4, 3, False)  # 32-row tiles: unchanged
+
+
+def _dense_bf16(m, n, k, tma=True):
+    return make_opt_flags(2, 1, m, n, k, 1, None, 0, True, 132,
+                          persistent_blocker=None if tma else "the persistent kernel needs TMA")
+
+
+def test_dense_16_bit_calls_that_leave_sms_idle_take_persistent_64_row_tiles():
+    # bench/results/2026-12-02c-probes/tile_sweep_bf16_dense_small_m.csv
+    def tile(flags):
+        return flags.block_m, flags.block_n, flags.block_k, flags.num_warps, flags.num_stages, flags.split_k
+    narrow, wide = (64, 64, 128, 4, 4, 1), (64, 128, 128, 4, 4, 1)
+    assert tile(_dense_bf16(64, 5760, 2880)) == narrow      # 45 tiles of 64x128: under half of 132 SMs
+    assert tile(_dense_bf16(128, 5760, 2880)) == wide       # 90
+    assert tile(_dense_bf16(128, 2880, 5760)) == narrow     # 45
+    assert tile(_dense_bf16(64, 4096, 7168)) == narrow      # 32
+    assert tile(_dense_bf16(100, 8192, 2880)) == wide       # 128
+    assert tile(_dense_bf16(512, 5760, 2880)) == wide       # 360
+    # 16, 32 and more than 512 rows keep their tiles, and so do calls whose wide tiles fill the GPU (the
+    # 128x256 persistent tile)
+    for m, n, k in ((16, 5760, 2880), (32, 5760, 2880), (1000, 4096, 7168)):
+        assert not _dense_bf16(m, n, k).persistent
+    for m in (768, 4096):
+        assert tile(_dense_bf16(m, 5760, 2880))[:2] == (128, 256)
+    # Without TMA, the tiled kernel, split in K as before
+    assert not _dense_bf16(64, 5760, 2880, tma=False).persistent
+    assert _dense_bf16(64, 5760, 2880, tma=False).split_k == 2
+
+
+def test_asking_for_the_persistent_kernel_drops_the_heuristic_split_of_k():
+    # 16 rows: the heuristic splits K in two (45 tiles); the persistent kernel does not split
+    assert _dense_bf16(16, 5760, 2880).split_k == 2
+    flags = make_opt_flags(2, 1, 16, 5760, 2880, 1, None, 0, True, 132, constraints=(("persistent", True),),
+                           persistent_blocker=None)
+    assert flags.persistent and flags.split_k == 1
+    with pytest.raises(InapplicableConstraint, match="does not split K"):
+        make_opt_flags(2, 1, 16, 5760, 2880, 1, None, 0, True, 132, persistent_blocker=None,
+                       constraints=(("persistent", True), ("split_k", 2)))
 
 
 def _hopper_mxfp4(n, k, tokens, n_expts, top_k, scales_n_contiguous=True, constraints=()):

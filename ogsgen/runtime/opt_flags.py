@@ -64,7 +64,7 @@ def opt_flags_constraints(**constraints):
     Example: ``with ogsgen.opt_flags_constraints(block_m=64, num_warps=4): matmul_ogs(...)``.
     Blocks nest; inner values win. A constrained tile (block sizes, warps, stages) drops the heuristic's
     register cap (``maxnreg``) and its waiting for each wgmma (``wait_mma``), which were measured for the
-    heuristic's tile, unless they are given too.
+    heuristic's tile, unless they are given too; ``persistent=True`` drops its split of K (``split_k``).
     """
     for key, value in constraints.items():
         if key not in CONSTRAINT_KEYS:
@@ -149,6 +149,18 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
             # copied into row order first (bench/probes/large_batch.py): gpt-oss w1 T=8192 2760 -> 2370 us and
             # DeepSeek-V3 w1 9081 -> 8039 us, copy included.
             return OptFlags(128, 256, 64, group_m=8, num_warps=8, num_stages=3, persistent=True)
+    if (itemsize == 2 and w_mx_layout is None and n_expts is None and 64 <= block_m and m <= 512 and n > 128
+            and k >= 256 and can_persist and not fills_gpu):
+        # Dense and batched 16-bit calls of 33 to 512 rows, whose tiles leave SMs idle: the persistent TMA kernel
+        # with 64-row tiles and 256 bytes of K per step, 64 columns wide where 64x128 tiles would leave half the
+        # SMs idle. Measured on the H200 (bench/probes/tile_sweep.py, bench/results/2026-12-02c-probes) against
+        # the tiles above: 64x5760x2880 13.4 -> 8.9 us, 128x5760x2880 22.0 -> 10.3, 128x2880x5760 24.0 -> 13.5,
+        # 64x4096x7168 26.1 -> 22.7, 256x4096x7168 41.1 -> 27.5, 512x5760x2880 34.5-40.0 -> 31.0-31.5;
+        # 256x5760x2880 even (19.0-19.1 against 18.0-19.8). Not beyond: 1000x4096x7168 was 3% slower (100.3 ->
+        # 103.7). 16 rows keep their tile (12.4 against 13.8 at best), 32 are even.
+        tiles = batch * triton.cdiv(m, 64) * triton.cdiv(n, 128)
+        return OptFlags(64, 128 if 2 * tiles >= n_sms else 64, 128, group_m=8, num_warps=4, num_stages=4,
+                        persistent=True)
     if w_mx_layout == "hopper":
         # Whole 64-row K groups and 16-column N slabs per tile; the upcast W feeds the MMA from registers (sm_90
         # SASS). Where Triton 3.6's binary of a tile has ptxas's wgmma register hazard, its waiting kernel runs
@@ -259,6 +271,8 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     constrained = dict(constraints)
     if any(key in constrained for key in TILE_KEYS):
         constrained = {**_MEASURED_FOR_ITS_TILE, **constrained}
+    if constrained.get("persistent"):  # the persistent kernel does not split K: drop the heuristic's split
+        constrained = {"split_k": 1, **constrained}
     flags = replace(flags, **constrained)
     operands = (itemsize, reduction_n, w_mx_layout, y_mx)
     if (problem := _tile_problem(flags, *operands)) is not None:
