@@ -100,6 +100,29 @@ def test_split_k_partials_replay(device, checked_calls):
     assert len(checked_calls) == 1
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_persistent_calls_replay_with_descriptors_of_their_own_tensors(device, checked_calls, batched):
+    """The persistent kernel takes TMA descriptors, which hold an address: a replay describes its own tensors."""
+    shape = (2, 20) if batched else (20,)
+    with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
+        for step in range(3):
+            x = torch.randn(*shape, 48, device=device).half()
+            w = torch.randn(*shape[:-1], 48, 64, device=device).half() / 48 ** 0.5
+            bias = torch.randn(64, device=device)
+            _close(ogsgen.matmul_ogs(x, w, bias), ogsgen.matmul_ogs_torch(x.float(), w.float(), bias))
+    assert len(checked_calls) == 1
+
+
+def test_ragged_persistent_calls_take_the_checked_path(device, checked_calls):
+    """Their kernel reads block offsets the call's metadata builds, which are none of the call's tensors."""
+    with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
+        for step in range(2):
+            rd, _, si, _, w, bias = _moe(device, tokens=6, k_act=2)
+            x_sorted = torch.randn(12, 32, device=device).half()
+            _close(*_w2(rd, si, x_sorted, w, bias, rd.gate_scal))
+    assert len(checked_calls) == 2 and not plans._plans
+
+
 @pytest.mark.parametrize("change", ["tokens", "x strides", "bias", "out_alpha", "activation argument",
                                     "constraints", "alignment"])
 def test_a_different_signature_takes_the_checked_path(device, checked_calls, change):

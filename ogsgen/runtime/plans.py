@@ -8,19 +8,22 @@ notes each buffer it allocates, each tensor it zeroes and each kernel it launche
 by a slot (an index into the call's tensors, then its new buffers) and the compiled binary. A later call
 with the same signature fills the slots with its own tensors and launches the binaries directly.
 
-A call is planned only when every tensor it launches with is one of its own arguments (by identity), a
-buffer it allocated, or a view of either at the same address and dtype, and every other argument value is a
-plain constant; otherwise (x copied or reinterpreted as another dtype, TMA descriptors of the persistent
-kernel, metadata built for the call) each call takes the full path.
+A call is planned only when every tensor it launches with (or describes by a TMA descriptor) is one of its own
+arguments (by identity), a buffer it allocated, or a view of either at the same address and dtype, and every
+other argument value is a plain constant; otherwise (x copied or reinterpreted as another dtype, metadata built
+for the call) each call takes the full path. A replayed descriptor is the recorded one with the call's tensor as
+its base: its shape and strides are the signature's.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import launcher
 
@@ -103,17 +106,20 @@ def launch(kernel, grid, args: dict, verify=None, compiling=None, **options) -> 
 
 
 class _Launch:
-    __slots__ = ("kernel", "grid", "options", "compiling", "template", "slots", "direct")
+    __slots__ = ("kernel", "grid", "options", "compiling", "template", "slots", "descriptors", "direct")
 
-    def __init__(self, kernel, grid, options, compiling, template, slots, direct):
+    def __init__(self, kernel, grid, options, compiling, template, slots, descriptors, direct):
         self.kernel, self.grid, self.options, self.compiling = kernel, grid, options, compiling
-        self.template, self.slots, self.direct = template, slots, direct
+        self.template, self.slots, self.descriptors, self.direct = template, slots, descriptors, direct
 
     def values(self, tensors: list) -> list:
         """The kernel's argument values, in parameter order, for a call's tensors (and buffers)."""
         values = list(self.template)
         for position, index in self.slots:
             values[position] = tensors[index]
+        for position, index, recorded in self.descriptors:
+            values[position] = descriptor = copy.copy(recorded)
+            descriptor.base = tensors[index]
         return values
 
     def __call__(self, tensors: list) -> None:
@@ -201,7 +207,7 @@ def build(rec: Recording, tensors: list, result) -> Plan | None:
             steps.append(_Zero(index))
         else:
             _, kernel, grid, args, options, compiling, compiled = event
-            template, slots = [], []
+            template, slots, descriptors = [], [], []
             for position, name in enumerate(kernel.arg_names):
                 value = args[name]
                 if isinstance(value, torch.Tensor):
@@ -210,10 +216,16 @@ def build(rec: Recording, tensors: list, result) -> Plan | None:
                         return None
                     slots.append((position, index))
                     value = None
+                elif isinstance(value, TensorDescriptor):
+                    index = slot(value.base)
+                    if index is None:
+                        return None
+                    descriptors.append((position, index, value))
+                    value = None
                 elif not isinstance(value, _CONSTANT_TYPES):
-                    return None  # e.g. a TMA descriptor, which holds an address
+                    return None
                 template.append(value)
-            steps.append(_Launch(kernel, grid, options, compiling, tuple(template), tuple(slots),
+            steps.append(_Launch(kernel, grid, options, compiling, tuple(template), tuple(slots), tuple(descriptors),
                                  launcher.direct(compiled)))
     index = slot(result)
     return None if index is None else Plan(tuple(steps), index, tuple(sorted(aliases)))
