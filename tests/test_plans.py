@@ -113,13 +113,22 @@ def test_persistent_calls_replay_with_descriptors_of_their_own_tensors(device, c
     assert len(checked_calls) == 1
 
 
-def test_ragged_persistent_calls_take_the_checked_path(device, checked_calls):
-    """Their kernel reads block offsets the call's metadata builds, which are none of the call's tensors."""
+def test_ragged_persistent_calls_replay_on_their_own_metadata(device, checked_calls):
+    """Their kernel reads the metadata's block offsets too (a view per block size, as the block schedule)."""
     with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
-        for step in range(2):
+        for step in range(3):
             rd, _, si, _, w, bias = _moe(device, tokens=6, k_act=2)
             x_sorted = torch.randn(12, 32, device=device).half()
             _close(*_w2(rd, si, x_sorted, w, bias, rd.gate_scal))
+    assert len(checked_calls) == 1
+
+
+def test_gathered_persistent_calls_take_the_checked_path(device, checked_calls):
+    """Their kernel reads a copy of x the call makes, which is none of the call's tensors or buffers."""
+    with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
+        for step in range(2):
+            rd, gi, _, x, w, bias = _moe(device, tokens=5)
+            _close(*_w1(rd, gi, x, w, bias))
     assert len(checked_calls) == 2 and not plans._plans
 
 

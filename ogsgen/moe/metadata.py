@@ -49,18 +49,27 @@ class RaggedTensorMetadata:
         return BLOCK_SIZES.index(block_size)
 
     def block_offs(self, block_size: int) -> torch.Tensor:
-        return self.block_offs_data[self._row(block_size)]
+        return self.offs_rows()[self._row(block_size)]
 
     def block_schedule(self, block_size: int) -> torch.Tensor:
         return self.schedule_rows()[self._row(block_size)]
 
+    def offs_rows(self) -> tuple[torch.Tensor, ...]:
+        """``block_offs`` of every block size (see ``_rows_of``)."""
+        return self._rows_of("block_offs_data")
+
     def schedule_rows(self) -> tuple[torch.Tensor, ...]:
-        """``block_schedule`` of every block size, as views made once per schedule tensor (indexing costs
-        microseconds on every call)."""
-        cached = self.__dict__.get("_schedule_rows")
-        if cached is None or cached[0] is not self.block_schedule_data:
-            cached = (self.block_schedule_data, self.block_schedule_data.unbind(0))
-            self.__dict__["_schedule_rows"] = cached
+        """``block_schedule`` of every block size (see ``_rows_of``)."""
+        return self._rows_of("block_schedule_data")
+
+    def _rows_of(self, field: str) -> tuple[torch.Tensor, ...]:
+        """The rows of a per-block-size tensor, as views made once per tensor: indexing costs microseconds on
+        every call, and launch plans find a call's views by identity."""
+        data = getattr(self, field)
+        cached = self.__dict__.get("_rows_" + field)
+        if cached is None or cached[0] is not data:
+            cached = (data, data.unbind(0))
+            self.__dict__["_rows_" + field] = cached
         return cached[1]
 
 

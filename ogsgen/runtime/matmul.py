@@ -678,9 +678,9 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
         scalars += (routing_data.__class__, routing_data.n_expts_tot, routing_data.n_expts_act,
                     routing_data.expected_tokens_per_expt, meta.__class__)
         tensors.append(routing_data.expt_hist)
-        if meta is not None:  # (block offsets are read by the persistent kernel only, which takes no plan)
-            tensors += (meta.slice_sizes, meta.slice_offs, meta.block_schedule_data)
-            derived = meta.schedule_rows()  # views of block_schedule_data, described by it
+        if meta is not None:
+            tensors += (meta.slice_sizes, meta.slice_offs, meta.block_offs_data, meta.block_schedule_data)
+            derived = (*meta.offs_rows(), *meta.schedule_rows())  # views of the two, described by them
     if gather_indx is not None:
         tensors += (gather_indx.src_indx, gather_indx.dst_indx)
     if scatter_indx is not None:

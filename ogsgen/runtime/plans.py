@@ -153,8 +153,9 @@ class _Zero:
 
 class Plan:
     """The steps of a recorded call; ``run(tensors)`` replays them on another call's tensors (in the order the
-    recorded call's were given, a list the buffers are appended to) and returns the output. ``aliases``: pairs of positions that held one object
-    in the recorded call and must again, as the steps read it from the first."""
+    recorded call's were given, a list the buffers are appended to) and returns the output. ``aliases``: pairs
+    of positions that held one object in the recorded call and must again, as the steps read it from the
+    first."""
     __slots__ = ("steps", "result", "aliases")
 
     def __init__(self, steps: tuple, result: int, aliases: tuple):
