@@ -1,13 +1,15 @@
 """Probe: which launch parameters the matmul_ogs kernels want on this GPU, per shape and weight format.
 
     PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|mxfp4|mxfp4-strided|mxfp4-kscales]
-        [--cases "gpt-oss w1:256" "dense:64x5760x2880" ...] [--tiles 16x256x128x8x3 16x256x128x8x3w ...]
+        [--cases "gpt-oss w1:256" "dense:64x5760x2880" ...] [--tiles 16x256x128x8x3 16x256x128x8x3w ...] [--in-turn]
 
 Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
 tile and writes OUT/tile_sweep_FORMAT.csv (CUDA-graph medians, and each tile's largest difference from the
 heuristic's output relative to its largest magnitude, a check that the tile computes the same result;
-``regs``: registers/spills per thread of the binaries the tile compiled). The
-heuristic in ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTES.md records them.
+``regs``: registers/spills per thread of the binaries the tile compiled). Each tile is timed once, one after
+another, or with ``--in-turn`` a case's tiles take turns as the bench's implementations do (three rounds of 40 ms,
+median), which spreads the GPU's clock drift over them. The heuristic in ogsgen/runtime/opt_flags.py is tuned
+from these numbers; bench/NOTES.md records them.
 ``replaced_by``: the MX binary had ptxas's wgmma register hazard, and the call ran this instead ("wait": the
 tile's waiting kernel; a tile: a fallback tile of the heuristic's, "-wait" if it waits; see
 ogsgen.runtime.wgmma_hazards). A tile asked for here has no fallback tiles: its own binary or waiting kernel.
@@ -104,9 +106,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", default="bf16", choices=["bf16", "mxfp4", "mxfp4-strided", "mxfp4-kscales"])
-    parser.add_argument("--cases", nargs="+", help='cases as "shape:tokens" or "dense:MxNxK" (default: the built-in list)')
+    parser.add_argument("--cases", nargs="+",
+                        help='cases as "shape:tokens" or "dense:MxNxK" (default: the built-in list)')
     parser.add_argument("--tiles", nargs="+",
                         help="tiles as BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG] (default: the built-in list)")
+    parser.add_argument("--in-turn", action="store_true",
+                        help="time a case's tiles in turn, rounds of CUDA-graph replays as the bench does "
+                             "(bench_moe.graph_medians), instead of one after another")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cases = [parse_case(c) for c in args.cases] if args.cases else None
@@ -115,9 +121,11 @@ def main():
     for name, size, tiles in sweep(args.format, cases, tiles):
         fn, flops = case_fn(name, size, args.format)
         reference = fn().float()
+        timed = []  # (row, run) of the tiles that ran
         for tile in [None, *tiles]:
             row = dict(case=f"{name} {args.format} {size}",
                        tile="heuristic" if tile is None else tile_name(tile))
+            rows.append(row)
             try:
                 if tile is None:
                     run = fn
@@ -136,16 +144,28 @@ def main():
                 # registers/spills per thread of the matmul binaries this tile compiled (occupancy)
                 row["regs"] = " ".join(f"{c.n_regs}/{c.n_spills}" for c in launcher._compiled.values()
                                        if id(c) not in compiled_before and "matmul" in c.name)
-                ms = do_bench_cudagraph(run, rep=100, return_mode="median")
-                row.update(us=round(ms * 1e3, 1), tflops=round(flops / ms / 1e9, 1),
-                           diff_vs_heuristic=f"{diff.item():.1e}")
+                row["diff_vs_heuristic"] = f"{diff.item():.1e}"
+                if args.in_turn:
+                    timed.append((row, run))
+                else:
+                    time_row(row, do_bench_cudagraph(run, rep=100, return_mode="median"), flops)
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-            rows.append(row)
-            print(row, flush=True)
+            if not args.in_turn or "error" in row:
+                print(row, flush=True)
             torch.cuda.empty_cache()
-            bench_moe.write_csv(rows, args.out / f"tile_sweep_{args.format}.csv")  # kept if cut short
+        if args.in_turn:
+            for (row, _), ms in zip(timed, bench_moe.graph_medians([run for _, run in timed])):
+                if isinstance(ms, Exception):
+                    row["error"] = f"{type(ms).__name__}: {str(ms).splitlines()[0][:160]}"
+                else:
+                    time_row(row, ms, flops)
+                print(row, flush=True)
+        bench_moe.write_csv(rows, args.out / f"tile_sweep_{args.format}.csv")  # kept if cut short
 
+
+def time_row(row, ms, flops):
+    row.update(us=round(ms * 1e3, 1), tflops=round(flops / ms / 1e9, 1))
 
 if __name__ == "__main__":
     sys.exit(main())
