@@ -59,6 +59,27 @@ def test_dense_16_bit_calls_that_leave_sms_idle_take_persistent_64_row_tiles():
     assert _dense_bf16(64, 5760, 2880, tma=False).split_k == 2
 
 
+def _gpt_oss_w2_bf16(tokens, x_gathered=False, tma=True):
+    # gpt-oss w2 shapes: 128 experts, top-4, N=K=2880 (tokens_per_expt as matmul_ogs computes it: at least 1)
+    rows = 4 * tokens
+    return make_opt_flags(2, 1, rows, 2880, 2880, 1, 128, max(1, rows // 128), True, 132,
+                          persistent_blocker=None if tma else "the persistent kernel needs TMA",
+                          x_gathered=x_gathered)
+
+
+def test_decode_rows_read_in_place_take_the_persistent_kernel():
+    # 16 or more rows, fewer than experts, x not gathered: 16x128x128 persistent, 4 warps, 4 stages
+    # (bench/results/2026-12-02c-probes/tile_sweep_bf16_w2_decode_in_turn.csv)
+    def tile(flags):
+        return flags.block_m, flags.block_n, flags.block_k, flags.num_warps, flags.num_stages, flags.persistent
+    assert tile(_gpt_oss_w2_bf16(8)) == (16, 128, 128, 4, 4, True)  # 32 rows, 128 experts
+    # Under 16 rows (its eager host time), a row per expert or more, a gather (its copy comes first), or no TMA:
+    # the 16x128x64 tile as before
+    for flags in (_gpt_oss_w2_bf16(1), _gpt_oss_w2_bf16(32), _gpt_oss_w2_bf16(8, x_gathered=True),
+                  _gpt_oss_w2_bf16(8, tma=False)):
+        assert tile(flags) == (16, 128, 64, 8, 4, False)
+
+
 def test_asking_for_the_persistent_kernel_drops_the_heuristic_split_of_k():
     # 16 rows: the heuristic splits K in two (45 tiles); the persistent kernel does not split
     assert _dense_bf16(16, 5760, 2880).split_k == 2

@@ -40,7 +40,7 @@ def test_warmup_without_a_gpu_says_so():
      + [(8 * t, 4096, 7168, 256, max(1, 8 * t // 256)) for t in (1, 8, 32, 256, 2048, 8192)]
      # 64 experts, top-6, T=1: 66 tiles, half the SMs, so split K doubles them
      + [(6, 2816, 2880, 64, 1)]),
-    ("ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_gammas",  # gpt-oss w2 bf16: the persistent kernel from T=2048
+    ("ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_gammas",  # gpt-oss w2 bf16: persistent at T=8 and from T=2048
      [(4 * t, 2880, 2880, 128, max(1, 4 * t // 128)) for t in (1, 8, 32, 256, 2048, 8192)]),
     ("ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_act_swiglu",
      [(8 * t, 4096, 7168, 256, max(1, 8 * t // 256)) for t in (1, 8, 32, 256, 2048, 8192)]),
@@ -56,7 +56,8 @@ def test_reachable_flags_include_what_real_calls_choose(name, shapes):
         flags = make_opt_flags(variant.x.torch_dtype.itemsize, 1, rows, n, k, variant.reduction_n, n_expts,
                                per_expert, not variant.scatter, H200_SMS, w_mx_layout,
                                persistent_blocker=None if variant.has_persistent_kernel else "none",
-                               mx_scales_n_contiguous=w_mx_layout is not None)  # prepare_expert_weights' scales
+                               mx_scales_n_contiguous=w_mx_layout is not None,  # prepare_expert_weights' scales
+                               x_gathered=variant.gather)
         assert replace(flags, split_k=min(flags.split_k, 2)) in reachable, (rows, n, k, flags)
 
 

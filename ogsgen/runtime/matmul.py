@@ -818,12 +818,12 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         matmul_out = plans.new_buffer((m, n_out), matmul_variant.y.torch_dtype, x.device)
     else:
         matmul_variant, matmul_out = variant, y
-    flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x), scales_n_contiguous)
+    flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x), scales_n_contiguous, gather_indx is not None)
     if flags.persistent:
         y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
         if (tma_blocker := _tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
             # the tiled kernel, or the error if persistent was forced
-            flags = make_opt_flags(*flag_args, tma_blocker, scales_n_contiguous)
+            flags = make_opt_flags(*flag_args, tma_blocker, scales_n_contiguous, gather_indx is not None)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     if other_device:

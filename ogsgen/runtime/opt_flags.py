@@ -118,9 +118,18 @@ def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
 
 
 def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout,
-               can_persist, mx_scales_n_contiguous) -> OptFlags:
+               can_persist, mx_scales_n_contiguous, x_gathered) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
+    if (itemsize == 2 and w_mx_layout is None and n_expts is not None and 16 <= m < n_expts and not x_gathered
+            and n >= 256 and k >= 256 and can_persist):
+        # Fewer rows than experts (decode), read in place: the persistent TMA kernel streams W faster. Measured
+        # on the H200, tiles timed in turn (bench/results/2026-12-02c-probes/tile_sweep_bf16_w2_decode_in_turn.csv),
+        # gpt-oss w2 (128 experts, N = K = 2880): T=8 111.9 -> 107.3 us, T=1 23.0 -> 21.8. With a row per
+        # expert or more (T=32, 256) it was 1-2% slower, and with gathered x (w1 T=8, copied first) 5% slower.
+        # From 16 rows: an eager call of it costs more host time (gpt-oss w2 T=1 35 -> 68 us per call,
+        # bench/results/2026-12-02f), which a 22 us call cannot hide; at T=8 its eager time fell too.
+        return OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=4, persistent=True)
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32.
     block_k = max(16, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
@@ -250,7 +259,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
                    tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx_layout: str | None = None,
                    bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = (),
                    persistent_blocker: str | None = "no persistent kernel was asked for",
-                   mx_scales_n_contiguous: bool = False) -> OptFlags:
+                   mx_scales_n_contiguous: bool = False, x_gathered: bool = False) -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
@@ -259,10 +268,11 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     on the rows around it. ``persistent_blocker``: None when the call may use the variant's persistent
     TMA kernel, else why not (the error message for a ``persistent=True`` constraint).
     ``mx_scales_n_contiguous``: MX scales stored with N contiguous (their tiles differ on Hopper).
+    ``x_gathered``: rows read through a gather index (the persistent kernel copies them first).
     """
     flags = _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
                        n_sms, w_mx_layout, persistent_blocker is None and not bitwise_invariant,
-                       mx_scales_n_contiguous)
+                       mx_scales_n_contiguous, x_gathered)
     # Tiles changed here drop the heuristic's register cap and wait for each wgmma, measured for its own tile.
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
