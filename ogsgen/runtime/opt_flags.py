@@ -117,18 +117,24 @@ def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
     return -(-(m - n_expts + 1) // block_m) + n_expts - 1
 
 
+# An eager call of the persistent decode kernel costs the host more than a tiled one: gpt-oss w2 bf16 T=1 went 35 ->
+# 68 us per call (bench/results/2026-12-02f), host-bound, while its kernel saved 1.3 us; at T=8 (531 MB of W, 108 us)
+# its eager time fell. So that kernel needs W that takes the host's 68 us to stream at about 4.4 TB/s.
+_HOST_HIDING_W_BYTES = 300 * 10**6
+
+
 def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout,
                can_persist, mx_scales_n_contiguous, x_gathered) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
-    if (itemsize == 2 and w_mx_layout is None and n_expts is not None and 16 <= m < n_expts and not x_gathered
-            and n >= 256 and k >= 256 and can_persist):
+    if (itemsize == 2 and w_mx_layout is None and n_expts is not None and m < n_expts and not x_gathered
+            and n >= 256 and k >= 256 and can_persist and m * n * k * itemsize >= _HOST_HIDING_W_BYTES):
         # Fewer rows than experts (decode), read in place: the persistent TMA kernel streams W faster. Measured
         # on the H200, tiles timed in turn (bench/results/2026-12-02c-probes/tile_sweep_bf16_w2_decode_in_turn.csv),
         # gpt-oss w2 (128 experts, N = K = 2880): T=8 111.9 -> 107.3 us, T=1 23.0 -> 21.8. With a row per
         # expert or more (T=32, 256) it was 1-2% slower, and with gathered x (w1 T=8, copied first) 5% slower.
-        # From 16 rows: an eager call of it costs more host time (gpt-oss w2 T=1 35 -> 68 us per call,
-        # bench/results/2026-12-02f), which a 22 us call cannot hide; at T=8 its eager time fell too.
+        # Only where W (at most one expert's per row) takes longer to stream than the eager call's host time:
+        # see _HOST_HIDING_W_BYTES.
         return OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=4, persistent=True)
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32.
