@@ -133,7 +133,7 @@ def _runtime_ints(variant: KernelVariant, persistent: bool = False) -> list[str]
 
 
 def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
-    from ..runtime.descriptors import RAGGED_ROWS_BOUND
+    from ..runtime.descriptors import RAGGED_ROWS_BOUND  # here: the runtime package imports this module
 
     variant.check_supported()
     name = canonical_name(variant)

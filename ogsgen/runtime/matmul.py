@@ -543,18 +543,16 @@ def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: 
         args["XDesc"] = ragged_rows_descriptor(x, flags.block_m, flags.block_k)
         if variant.persistent_stores_y_by_tma:
             args["YDesc"] = ragged_rows_descriptor(out, *y_block)
-    else:
-        x3 = x if x.ndim == 3 else x.unsqueeze(0)
-        args["XDesc"] = TensorDescriptor.from_tensor(x3, [1, flags.block_m, flags.block_k])
-        if variant.persistent_stores_y_by_tma:
-            args["YDesc"] = TensorDescriptor.from_tensor(out if out.ndim == 3 else out.unsqueeze(0), [1, *y_block])
-    if variant.ragged:
         meta = call.routing.expt_data
         n_expts = call.routing.n_expts_tot
         args.update(SliceSizes=meta.slice_sizes, SliceOffs=meta.slice_offs, BlockOffs=meta.block_offs(flags.block_m),
                     BlockSchedule=meta.block_schedule(flags.block_m), n_expts_tot=n_expts)
         tiles = row_tiles(call.m, flags.block_m, n_expts)
     else:
+        x3 = x if x.ndim == 3 else x.unsqueeze(0)
+        args["XDesc"] = TensorDescriptor.from_tensor(x3, [1, flags.block_m, flags.block_k])
+        if variant.persistent_stores_y_by_tma:
+            args["YDesc"] = TensorDescriptor.from_tensor(out if out.ndim == 3 else out.unsqueeze(0), [1, *y_block])
         args["n_batches"] = call.batch
         tiles = call.batch * _cdiv(call.m, flags.block_m)
     tiles *= _cdiv(call.n, flags.block_n)
