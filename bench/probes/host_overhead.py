@@ -3,8 +3,9 @@
 Case: gpt-oss w1, T=1, gather, bf16 (the bench's host-overhead case), and w2 (scatter, k=4). Measured per
 call, with the GPU queue kept short: the whole call (a launch plan replayed, ogsgen.runtime.plans); its
 parts: the call's signature, the plan replayed on its tensors; the checked path that built the plan
-(plans cleared before each call); Triton's ``kernel[grid](**args)`` with the same arguments; and a cProfile
-of the whole call. Writes ``host_overhead.txt`` under --out.
+(plans cleared before each call); its first launch alone, as the plan launches it and through Triton's
+launcher; Triton's ``kernel[grid](**args)`` with the same arguments; and cProfiles of whole calls. The w2 case
+runs again on the persistent TMA kernel, whose launches take TMA descriptors. Writes ``host_overhead.txt`` under --out.
 
     PYTHONPATH=.:third_party python bench/probes/host_overhead.py --out DIR
 """
@@ -23,7 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_moe import host_overhead_us  # noqa: E402  (the benchmark's own host-time loop)
 
 import ogsgen  # noqa: E402
-from ogsgen.runtime import matmul as matmul_module, plans  # noqa: E402
+from ogsgen.runtime import launcher, matmul as matmul_module, plans  # noqa: E402
+
+# The heuristic's persistent tile for decode calls that stream enough of W (ogsgen/runtime/opt_flags.py).
+PERSISTENT_DECODE = dict(block_m=16, block_n=128, block_k=128, num_warps=4, num_stages=4, persistent=True)
 
 
 def per_call_us(fn):
@@ -57,10 +61,30 @@ def parts(label, x, w, rd, **kwargs):
         buffer(with_buffers)
     step = next(step for step in plan.steps if isinstance(step, plans._Launch))
     args = dict(zip(step.kernel.arg_names, step.values(with_buffers)))
+    values = step.values(with_buffers)
+    compiled = [binary for key, binary in launcher._compiled.items() if key[0] is step.kernel][-1]
+    stream = torch.cuda.current_stream().cuda_stream
     call()
+    lines.append(f"  its first launch alone, as a plan launches it: "
+                 f"{per_call_us(lambda: step.direct(step.grid, values)):.1f} us")
+    lines.append(f"  the same through Triton's launcher (compiled.run; encodes each TMA descriptor): "
+                 f"{per_call_us(lambda: compiled.run(*step.grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *values)):.1f} us")
     lines.append(f"  Triton's kernel[grid](**args), first kernel alone: "
                  f"{per_call_us(lambda: step.kernel[step.grid](**args, **step.options)):.1f} us")
     return lines
+
+
+def profiled(label, call, calls=500):
+    """A cProfile of ``calls`` calls, the 30 functions of most own time."""
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        call()
+    profile.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(30)
+    return [f"cProfile, {label}:", text.getvalue()]
 
 
 def main():
@@ -77,16 +101,12 @@ def main():
     lines = [f"torch {torch.__version__}, triton {__import__('triton').__version__}, {torch.cuda.get_device_name()}"]
     lines += parts("gpt-oss w1 T=1 (gather)", x, w1, rd, gather_indx=gi)
     lines += parts("gpt-oss w2 T=1 (scatter, k=4)", x_sorted, w2, rd, scatter_indx=si)
-
-    profile = cProfile.Profile()
-    profile.enable()
-    for _ in range(500):
-        ogsgen.matmul_ogs(x, w1, None, rd, gather_indx=gi)
-    profile.disable()
-    torch.cuda.synchronize()
-    text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(30)
-    lines.append(text.getvalue())
+    with ogsgen.opt_flags_constraints(**PERSISTENT_DECODE):
+        lines += parts("gpt-oss w2 T=1 (scatter, k=4), the persistent TMA kernel", x_sorted, w2, rd,
+                       scatter_indx=si)
+        lines += profiled("gpt-oss w2 T=1, persistent", lambda: ogsgen.matmul_ogs(x_sorted, w2, None, rd,
+                                                                                    scatter_indx=si))
+    lines += profiled("gpt-oss w1 T=1", lambda: ogsgen.matmul_ogs(x, w1, None, rd, gather_indx=gi))
     report = "\n".join(lines)
     print(report)
     (args.out / "host_overhead.txt").write_text(report + "\n")

@@ -25,11 +25,13 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 # CompiledKernel.run(grid x, y, z, stream, function, packed metadata, launch metadata, enter hook, exit hook,
 # *arguments): the convention of the releases whose runtime/jit.py was read (3.6, 3.9); others are not assumed.
 _CHECKED_RELEASES = ((3, 6), (3, 9))
-_FAST_PATH = tuple(int(part) for part in triton.__version__.split(".")[:2]) in _CHECKED_RELEASES
+_RELEASE = tuple(int(part) for part in triton.__version__.split(".")[:2])
+_FAST_PATH = _RELEASE in _CHECKED_RELEASES
 
 _MAX_ENTRIES = 8192  # distinct integer values make distinct keys; a pathological caller only refills the cache
 _lock = threading.Lock()
 _compiled: dict[tuple, object] = {}
+_launch_again: dict[tuple, object] = {}  # the same keys: ``direct(compiled)``
 _param_kinds: dict[object, tuple[int, ...]] = {}
 _verified: set[str] = set()  # hashes of the binaries ``verify`` accepted
 _CONSTEXPR, _SPECIALIZED, _UNSPECIALIZED = 0, 1, 2
@@ -113,23 +115,22 @@ def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, compilin
         return None
     device = torch.cuda.current_device()
     key = _specialization_key(kernel, values, options, device)
-    compiled = _compiled.get(key)
-    if compiled is None:
+    launch_again = _launch_again.get(key)
+    if launch_again is None:
         with compiling():
             if verify is not None:
                 _verify(kernel, grid, args, options, verify)
-            compiled = kernel[grid](**args, **options)
+            compiled = kernel[grid](**args, **options)  # compiled and loaded: it has .function now
         if all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata")):
             with _lock:
                 if len(_compiled) >= _MAX_ENTRIES:
                     _compiled.clear()
-                _compiled[key] = compiled
+                    _launch_again.clear()
+                _compiled[key], _launch_again[key] = compiled, direct(compiled)
                 return compiled
         return None
-    run = compiled.run  # the first access loads the binary and sets .function
-    run(grid[0], grid[1], grid[2], driver.active.get_current_stream(device), compiled.function,
-        compiled.packed_metadata, None, None, None, *values)
-    return compiled
+    launch_again(grid, values)
+    return _compiled.get(key)
 
 
 def direct(compiled):
@@ -141,7 +142,70 @@ def direct(compiled):
         return None
     run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
     device, current_stream = torch.cuda.current_device(), driver.active.get_current_stream
+    encoded = _EncodedDescriptors.of(run)
+    if encoded is None:
+        def launch_again(grid, values):
+            run(grid[0], grid[1], grid[2], current_stream(device), function, metadata, None, None, None, *values)
+        return launch_again
+    c_launch, expand = encoded.c_launch, encoded.expand
+    cooperative, pdl = run.launch_cooperative_grid, run.launch_pdl
 
-    def launch_again(grid, values):
-        run(grid[0], grid[1], grid[2], current_stream(device), function, metadata, None, None, None, *values)
-    return launch_again
+    def launch_again_encoded(grid, values):
+        c_launch(grid[0], grid[1], grid[2], current_stream(device), function, cooperative, pdl, None, None,
+                 metadata, None, None, None, *expand(values))
+    return launch_again_encoded
+
+
+class _EncodedDescriptors:
+    """The TMA descriptors of one binary's launches, encoded once per address, shape and strides.
+
+    Triton 3.6's launcher encodes every host-side descriptor (``cuTensorMapEncodeTiled``) in a Python loop over
+    all arguments on every launch. The encoding depends only on the descriptor's address, shape, strides and
+    padding and on the binary's block shape and swizzle, so it is kept per binary and reused; the arguments then
+    go straight to the launcher's C function. Other releases, and binaries that need scratch memory per
+    launch, take Triton's launcher."""
+
+    _MAX_PER_DESCRIPTOR = 64  # distinct addresses one argument keeps encoded; more only re-encode
+
+    def __init__(self, c_launch, positions: tuple[int, ...], metas: tuple):
+        from triton.backends.nvidia.driver import make_tensordesc_arg  # 3.6's (descriptor, layout) encoder
+        self.c_launch, self.positions, self.metas, self.encode = c_launch, positions, metas, make_tensordesc_arg
+        self.cache: tuple[dict, ...] = tuple({} for _ in positions)
+
+    @classmethod
+    def of(cls, run) -> _EncodedDescriptors | None:
+        """For a loaded binary's launcher (``compiled.run``): the C launcher under Triton 3.6's
+        descriptor-encoding wrapper (``wrap_handle_tensordesc``), with the positions and layouts of the
+        descriptors it encodes; None where that is not what ``run`` holds."""
+        if _RELEASE != (3, 6):
+            return None
+        wrapper = getattr(run, "launch", None)
+        names = getattr(getattr(wrapper, "__code__", None), "co_freevars", ())
+        if getattr(wrapper, "__name__", "") != "inner" or set(names) != {"launcher", "tensordesc_indices",
+                                                                       "tensordesc_meta"}:
+            return None  # no descriptors (the C launcher itself), or a wrapper this code has not read
+        if run.global_scratch_size or run.profile_scratch_size:
+            return None
+        cells = dict(zip(names, (cell.cell_contents for cell in wrapper.__closure__)))
+        metas = tuple(cells["tensordesc_meta"])
+        if any(meta is None for meta in metas):
+            return None  # descriptors lowered to pointers, shapes and strides: nothing to encode
+        return cls(cells["launcher"], tuple(sorted(cells["tensordesc_indices"])), metas)
+
+    def expand(self, values) -> list:
+        """The C launcher's arguments: ``values`` with each descriptor replaced by its encoding, shape and
+        strides."""
+        args, start = [], 0
+        for position, meta, cache in zip(self.positions, self.metas, self.cache):
+            descriptor = values[position]
+            key = (descriptor.base.data_ptr(), *descriptor.shape, *descriptor.strides, descriptor.padding)
+            encoding = cache.get(key)
+            if encoding is None:
+                if len(cache) >= self._MAX_PER_DESCRIPTOR:
+                    cache.clear()
+                encoding = cache[key] = self.encode(descriptor, meta)
+            args.extend(values[start:position])
+            args.extend(encoding)
+            start = position + 1
+        args.extend(values[start:])
+        return args
