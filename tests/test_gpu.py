@@ -21,6 +21,7 @@ DEFAULT = default_catalog().by_name()
 @pytest.mark.parametrize("name,m,n,k", [
     ("ogs_matmul_xbf16_wbf16_ybf16", 8192, 8192, 8192),
     ("ogs_matmul_xbf16_wbf16_ybf16_bias", 4096, 5760, 2880),
+    ("ogs_matmul_xbf16_wbf16_ybf16_bias", 768, 5760, 2880),  # the persistent 128x128 tile fills its waves better
     ("ogs_matmul_xbf16_wbf16_ybf16_bias_act_swiglu", 4096, 5760, 2880),
     ("ogs_matmul_xbf16_wbf16_ybf16_bias_gammas", 64, 5760, 2880),
     ("ogs_matmul_xbf16_wbf16_yfp32", 2048, 128, 2880),  # router-style: E=128 logits in fp32

@@ -48,15 +48,36 @@ def test_dense_16_bit_calls_that_leave_sms_idle_take_persistent_64_row_tiles():
     assert tile(_dense_bf16(64, 4096, 7168)) == narrow      # 32
     assert tile(_dense_bf16(100, 8192, 2880)) == wide       # 128
     assert tile(_dense_bf16(512, 5760, 2880)) == wide       # 360
-    # 16, 32 and more than 512 rows keep their tiles, and so do calls whose wide tiles fill the GPU (the
-    # 128x256 persistent tile)
-    for m, n, k in ((16, 5760, 2880), (32, 5760, 2880), (1000, 4096, 7168)):
+    # 16 and 32 rows keep their tiles; calls whose wide tiles fill the GPU take 128-row tiles (below)
+    for m, n, k in ((16, 5760, 2880), (32, 5760, 2880)):
         assert not _dense_bf16(m, n, k).persistent
-    for m in (768, 4096):
-        assert tile(_dense_bf16(m, 5760, 2880))[:2] == (128, 256)
+    assert tile(_dense_bf16(512, 16384, 2880))[:2] == (128, 256)
     # Without TMA, the tiled kernel, split in K as before
     assert not _dense_bf16(64, 5760, 2880, tma=False).persistent
     assert _dense_bf16(64, 5760, 2880, tma=False).split_k == 2
+
+
+def test_dense_16_bit_calls_of_128_row_tiles_take_the_persistent_tile_that_fills_its_waves():
+    # bench/results/2026-12-02g-probes/tile_sweep_bf16_dense_waves*.csv: 128x256 tiles, unless 128x128 tiles
+    # fill their last wave of 132 SMs over 1.15 times better
+    def tile(m, n, k):
+        flags = _dense_bf16(m, n, k)
+        assert flags.persistent
+        return flags.block_m, flags.block_n, flags.block_k, flags.num_warps, flags.num_stages
+    wide, narrow = (128, 256, 64, 8, 3), (128, 128, 64, 8, 4)
+    assert tile(640, 4096, 7168) == wide      # 80 wide tiles, under a wave (was tiled 128x128: 93.6 -> 73.6 us)
+    assert tile(1000, 4096, 7168) == wide     # 128, one wave
+    assert tile(640, 5760, 2880) == wide      # 115 (87% of a wave) against 225 (85% of two)
+    assert tile(768, 5760, 2880) == narrow    # 138 (52% of two waves) against 270 (68% of three): 60.2 -> 53.4
+    assert tile(1024, 5760, 2880) == narrow   # 184 (70%) against 360 (91%)
+    assert tile(1280, 5760, 2880) == wide     # 230 (87%) against 450 (85%)
+    assert tile(1280, 4096, 7168) == narrow   # 160 (61%) against 320 (81%)
+    assert tile(1536, 5760, 2880) == narrow   # 276 (70%) against 540 (82%): 1.17 times
+    assert tile(2560, 5760, 2880) == wide     # 460 (87%) against 900 (97%): 1.12 times (144.6 against 150.6 us)
+    for m, n, k in ((2048, 4096, 7168), (4096, 5760, 2880), (8192, 8192, 8192)):
+        assert tile(m, n, k) == wide
+    # Without TMA: the tiled kernel
+    assert not _dense_bf16(768, 5760, 2880, tma=False).persistent
 
 
 def _gpt_oss_w2_bf16(tokens, x_gathered=False, tma=True):

@@ -150,6 +150,20 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
     wide_tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, 256)
     fills_gpu = n_sms is None or wide_tiles >= n_sms
+    if (itemsize == 2 and w_mx_layout is None and n_expts is None and block_m == 128 and n > 128 and k >= 256
+            and can_persist and (fills_gpu or m > 512)):
+        # Dense and batched 16-bit calls of 128-row tiles, measured on the H200 with tiles timed in turn
+        # (bench/probes/tile_sweep.py --in-turn, bench/results/2026-12-02g-probes): the persistent 128x256x64 tile
+        # is 10-27% faster than 128x128 tiles where both fill their last wave of tiles about as well (640x4096x7168
+        # 93.6 -> 73.6 us, 2048x5760x2880 124.4 -> 108.6), even under one wave, and 4-8% faster where 128x128
+        # tiles fill it up to 1.12 times better (2560x5760x2880, 4096x5760x2880). Where they fill it 1.17-1.33
+        # times better, the persistent 128x128x64 tile is 2-12% faster (1536x5760x2880 97.6 -> 95.4,
+        # 768x5760x2880 60.2 -> 53.4, 1280x4096x7168 149.8 -> 143.1); the tiled kernel's 128x128 tile ran within
+        # 3% of the persistent one there.
+        narrow_tiles = batch * triton.cdiv(m, 128) * triton.cdiv(n, 128)
+        if n_sms is not None and _wave_fill(narrow_tiles, n_sms) > 1.15 * _wave_fill(wide_tiles, n_sms):
+            return OptFlags(128, 128, 64, group_m=8, num_warps=8, num_stages=4, persistent=True)
+        return OptFlags(128, 256, 64, group_m=8, num_warps=8, num_stages=3, persistent=True)
     if itemsize == 2 and w_mx_layout is None and block_m >= 64 and n > 128 and k >= 256 and fills_gpu:
         # Wide N tiles for 16-bit operands with enough rows, when they still fill the GPU: measured on the H200
         # (bench/probes/tile_sweep.py, bench/NOTES.md), 128x256x32 with 5 stages is 15-30% faster than 128x128x64
@@ -251,6 +265,11 @@ def _hopper_mxfp4_tile(m, n, n_expts, n_sms, block_m):
     if block_m == 64:
         return 64, 256, 128, 8, 3, False, 120
     return 128, 256, 128, 8, 4, False, None
+
+
+def _wave_fill(tiles: int, n_sms: int) -> float:
+    """The share of the SMs' time a launch of ``tiles`` equal tiles keeps busy: tiles / (waves * SMs)."""
+    return tiles / (triton.cdiv(tiles, n_sms) * n_sms)
 
 
 @lru_cache(maxsize=1024)
