@@ -123,13 +123,17 @@ def test_ragged_persistent_calls_replay_on_their_own_metadata(device, checked_ca
     assert len(checked_calls) == 1
 
 
-def test_gathered_persistent_calls_take_the_checked_path(device, checked_calls):
-    """Their kernel reads a copy of x the call makes, which is none of the call's tensors or buffers."""
+def test_gathered_persistent_calls_replay_their_gather_copy(device, checked_calls):
+    """Their kernel reads x's rows from a copy in expert order: a buffer of the plan, which copies the call's own
+    rows (fresh tokens, routing and weights each step)."""
     with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
-        for step in range(2):
+        for step in range(3):
             rd, gi, _, x, w, bias = _moe(device, tokens=5)
             _close(*_w1(rd, gi, x, w, bias))
-    assert len(checked_calls) == 2 and not plans._plans
+    assert len(checked_calls) == 1
+    (plan,) = plans._plans.values()
+    kernels = [step.kernel for step in plan.steps if isinstance(step, plans._Launch)]
+    assert len(kernels) == 2 and kernels[0].fn.__name__ == "_gather_rows"
 
 
 @pytest.mark.parametrize("change", ["tokens", "x strides", "bias", "out_alpha", "activation argument",

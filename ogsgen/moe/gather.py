@@ -45,11 +45,23 @@ def gather_rows(x: torch.Tensor, gate_indx: torch.Tensor, n_expts_act: int) -> t
     if not isinstance(n_expts_act, int) or n_expts_act < 1:
         raise SpecError(f"n_expts_act must be a positive int (the routing's top-k), got {n_expts_act!r}")
     _check_on_device(x, "x")
+    out = torch.empty(gate_indx.numel(), x.shape[1], device=x.device, dtype=x.dtype)
+    launch = gather_rows_launch(x, gate_indx, n_expts_act, out)
+    if launch is not None:
+        kernel, grid, args, options = launch
+        kernel[grid](**args, **options)
+    return out
+
+
+def gather_rows_launch(x: torch.Tensor, gate_indx: torch.Tensor, n_expts_act: int, out: torch.Tensor):
+    """(kernel, grid, arguments by name, launch options) of :func:`gather_rows` into ``out`` (gate_indx.numel(),
+    K), for callers that launch it themselves (matmul_ogs records it in its launch plan); None when there is
+    nothing to copy. Unchecked: the arguments must pass gather_rows' checks (matmul_ogs's own checks cover them)."""
     gate_indx = gate_indx.contiguous()  # the kernel reads it with unit stride
     n_rows, k = gate_indx.numel(), x.shape[1]
-    out = torch.empty(n_rows, k, device=x.device, dtype=x.dtype)
-    if n_rows and k:
-        grid = (triton.cdiv(n_rows, _BLOCK_ROWS), triton.cdiv(k, _BLOCK_K))
-        _gather_rows[grid](x, out, gate_indx, n_rows, k, *x.stride(), out.stride(0), n_expts_act,
-                           BLOCK_ROWS=_BLOCK_ROWS, BLOCK_K=_BLOCK_K, num_warps=_NUM_WARPS)
-    return out
+    if not (n_rows and k):
+        return None
+    grid = (triton.cdiv(n_rows, _BLOCK_ROWS), triton.cdiv(k, _BLOCK_K))
+    args = dict(X=x, Y=out, GateIndx=gate_indx, n_rows=n_rows, K=k, stride_x_m=x.stride(0), stride_x_k=x.stride(1),
+                stride_y=out.stride(0), n_expts_act=n_expts_act, BLOCK_ROWS=_BLOCK_ROWS, BLOCK_K=_BLOCK_K)
+    return _gather_rows, grid, args, dict(num_warps=_NUM_WARPS)

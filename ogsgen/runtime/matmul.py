@@ -13,7 +13,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..codegen.render import ARG_PREFIX
 from ..errors import SpecError, UnsupportedError
-from ..moe.gather import gather_rows
+from ..moe.gather import gather_rows_launch
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
@@ -564,8 +564,13 @@ def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: 
 
 def _rows_in_sorted_order(call: _Launch) -> torch.Tensor:
     """The gather done ahead, for the persistent kernel: one copy of x's rows per gate (measured on the H200: the
-    persistent kernel's gain at large batches pays for it, bench/NOTES.md)."""
-    return gather_rows(call.x, call.gather_indx.src_indx, call.routing.n_expts_act)
+    persistent kernel's gain at large batches pays for it, bench/NOTES.md), into a buffer of the call's plan."""
+    gates, x = call.gather_indx.src_indx, call.x
+    out = plans.new_buffer((gates.numel(), x.shape[1]), x.dtype, x.device)
+    if (launch := gather_rows_launch(x, gates, call.routing.n_expts_act, out)) is not None:
+        kernel, grid, args, options = launch
+        plans.launch(kernel, (*grid, 1), args, **options)
+    return out
 
 
 def _flex_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
