@@ -6,10 +6,10 @@
 Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
 tile and writes OUT/tile_sweep_FORMAT.csv (CUDA-graph medians, and each tile's largest difference from the
 heuristic's output relative to its largest magnitude, a check that the tile computes the same result;
-``regs``: registers/spills per thread of the binaries the tile compiled). Each tile is timed once, one after
-another, or with ``--in-turn`` a case's tiles take turns as the bench's implementations do (three rounds of 40 ms,
-median), which spreads the GPU's clock drift over them. The heuristic in ogsgen/runtime/opt_flags.py is tuned
-from these numbers; bench/NOTES.md records them.
+``regs``: registers/spills per thread of the matmul binaries the tile's call launches). Each tile is timed
+once, one after another, or with ``--in-turn`` a case's tiles take turns as the bench's implementations do (three
+rounds of 40 ms, median), which spreads the GPU's clock drift over them. The heuristic in
+ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTES.md records them.
 ``replaced_by``: the MX binary had ptxas's wgmma register hazard, and the call ran this instead ("wait": the
 tile's waiting kernel; a tile: a fallback tile of the heuristic's, "-wait" if it waits; see
 ogsgen.runtime.wgmma_hazards). A tile asked for here has no fallback tiles: its own binary or waiting kernel.
@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import torch
+from triton import knobs
 from triton.testing import do_bench_cudagraph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -138,12 +139,9 @@ def main():
                         with ogsgen.opt_flags_constraints(**constraints):
                             return fn()
                 matmul.forget_hazard_replacements()
-                compiled_before = set(map(id, launcher._compiled.values()))
                 diff = (run().float() - reference).abs().max() / reference.abs().max()
                 row["replaced_by"] = bench_moe.hazard_replacements()
-                # registers/spills per thread of the matmul binaries this tile compiled (occupancy)
-                row["regs"] = " ".join(f"{c.n_regs}/{c.n_spills}" for c in launcher._compiled.values()
-                                       if id(c) not in compiled_before and "matmul" in c.name)
+                row["regs"] = matmul_registers(run)
                 row["diff_vs_heuristic"] = f"{diff.item():.1e}"
                 if args.in_turn:
                     timed.append((row, run))
@@ -162,6 +160,23 @@ def main():
                     time_row(row, ms, flops)
                 print(row, flush=True)
         bench_moe.write_csv(rows, args.out / f"tile_sweep_{args.format}.csv")  # kept if cut short
+
+
+def matmul_registers(run) -> str:
+    """Registers/spills per thread of the matmul binaries one call of ``run`` launches (its occupancy), whether
+    this row compiled them or an earlier one did: a launch hook notes each launch's function (hooks send
+    launches through Triton's own path; the binaries are those ogsgen's launcher cached on an earlier call)."""
+    functions = set()
+
+    def note(metadata):
+        functions.add(metadata.get()["function"])
+    knobs.runtime.launch_enter_hook.add(note)
+    try:
+        run()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(note)
+    return " ".join(f"{c.n_regs}/{c.n_spills}" for c in launcher._compiled.values()
+                    if c.function in functions and "matmul" in c.name)
 
 
 def time_row(row, ms, flops):
