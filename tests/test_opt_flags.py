@@ -1,4 +1,6 @@
 """The launch-parameter heuristic's choices that measurements on the H200 fixed (bench/results/*-probes)."""
+import itertools
+
 import pytest
 
 from ogsgen.errors import InapplicableConstraint
@@ -78,6 +80,30 @@ def test_dense_16_bit_calls_of_128_row_tiles_take_the_persistent_tile_that_fills
         assert tile(m, n, k) == wide
     # Without TMA: the tiled kernel
     assert not _dense_bf16(768, 5760, 2880, tma=False).persistent
+
+
+def test_the_heuristic_never_picks_a_tile_its_own_checks_refuse():
+    # Every combination of operands and shapes below gets flags without an InapplicableConstraint (the checks
+    # that tell a caller why a constrained tile cannot run).
+    for itemsize, batch, m, n, reduction_n, n_expts, layout, y_mx, bitwise, persistent, n_sms in itertools.product(
+            (1, 2, 4), (1, 3), (1, 16, 33, 64, 512, 768, 4096), (16, 200, 2880, 5760), (1, 2, 4, 8), (None, 128),
+            (None, "strided", "hopper"), (False, True), (False, True), (False, True), (None, 132)):
+        if n % reduction_n == 0 and not (layout and itemsize == 4):
+            make_opt_flags(itemsize, batch, m, n, 2880, reduction_n, n_expts, max(1, m // (n_expts or m)), True,
+                           n_sms, layout, bitwise, y_mx, persistent_blocker=None if persistent else "no TMA",
+                           mx_scales_n_contiguous=layout is not None)
+
+
+@pytest.mark.parametrize("m,reduction_n", [(64, 2), (768, 4), (128, 4), (4096, 8), (64, 1), (768, 2)])
+def test_mx_outputs_get_a_tile_whose_stores_hold_whole_scale_groups(m, reduction_n):
+    # An MX output keeps one scale per 32 columns; the persistent kernel stores half tiles, so its heuristic tiles
+    # (64x64, 128x128, 128x256) suit some activations' reductions only. Where one would not, the heuristic
+    # takes the tiled kernel (it was an InapplicableConstraint error for a call that constrained nothing).
+    flags = make_opt_flags(2, 1, m, 5760, 2880, reduction_n, None, 0, True, 132, y_mx=True, persistent_blocker=None)
+    columns = flags.block_n // 2 if flags.persistent else flags.block_n
+    assert (columns // reduction_n) % 32 == 0
+    assert flags.persistent == (make_opt_flags(2, 1, m, 5760, 2880, 1, None, 0, True, 132,
+                                               persistent_blocker=None).block_n // 2 // reduction_n % 32 == 0)
 
 
 def _gpt_oss_w2_bf16(tokens, x_gathered=False, tma=True):

@@ -295,9 +295,14 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     ``mx_scales_n_contiguous``: MX scales stored with N contiguous (their tiles differ on Hopper).
     ``x_gathered``: rows read through a gather index (the persistent kernel copies them first).
     """
-    flags = _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
-                       n_sms, w_mx_layout, persistent_blocker is None and not bitwise_invariant,
-                       mx_scales_n_contiguous, x_gathered)
+    heuristic_args = (itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
+                      n_sms, w_mx_layout)
+    flags = _heuristic(*heuristic_args, persistent_blocker is None and not bitwise_invariant, mx_scales_n_contiguous,
+                       x_gathered)
+    if flags.persistent and _tile_problem(flags, itemsize, reduction_n, w_mx_layout, y_mx) is not None:
+        # The persistent kernel stores half tiles, of at least 8 output columns and of whole 32-column scale
+        # groups for an MX output: where its tile's halves would not be, the tiled kernel (widened below for MX).
+        flags = _heuristic(*heuristic_args, False, mx_scales_n_contiguous, x_gathered)
     # Tiles changed here drop the heuristic's register cap and wait for each wgmma, measured for its own tile.
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
