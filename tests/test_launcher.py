@@ -89,3 +89,38 @@ def test_the_encodings_kept_per_descriptor_are_bounded(tensors):
     for row in range(rows.shape[0]):
         encoded.expand(values(rows[row:row + 1], w))
     assert all(len(cache) <= launcher._EncodedDescriptors._MAX_PER_DESCRIPTOR for cache in encoded.cache)
+
+
+def test_a_cached_launch_runs_the_binary_directly_and_returns_its_relaunch(monkeypatch):
+    """The first call of a key goes through ``kernel[grid]`` (compiles, launches); later calls of that key run the
+    compiled binary's launcher directly, and both return the function a plan replays the launch with."""
+    from triton.runtime.jit import JITFunction
+
+    def body(X, n):
+        pass
+    kernel = JITFunction(body)  # not triton.jit, which gives the interpreter's function under TRITON_INTERPRET=1
+
+    ran, compiles = [], []
+
+    def run(*args):
+        ran.append(args)
+    compiled = SimpleNamespace(run=run, function="function", packed_metadata="metadata")
+
+    def getitem(self, grid):
+        return lambda **kwargs: compiles.append((grid, kwargs)) or compiled
+    monkeypatch.setattr(type(kernel), "__getitem__", getitem)
+    monkeypatch.setattr(launcher, "_FAST_PATH", True)
+    monkeypatch.setattr(launcher.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(launcher, "driver", SimpleNamespace(active=SimpleNamespace(get_current_stream=lambda d: 7)))
+    monkeypatch.setattr(launcher, "_compiled", {})
+    monkeypatch.setattr(launcher, "_launch_again", {})
+    x = torch.empty(4)
+    first = launcher.launch(kernel, (2, 1, 1), dict(X=x, n=5), num_warps=4)
+    assert len(compiles) == 1 and not ran and launcher._compiled
+    again = launcher.launch(kernel, (3, 1, 1), dict(X=x, n=5), num_warps=4)
+    assert again is first and len(compiles) == 1
+    assert ran == [(3, 1, 1, 7, "function", "metadata", None, None, None, x, 5)]
+    first((4, 1, 1), [x, 5])  # as a plan replays it
+    assert ran[-1][:3] == (4, 1, 1) and len(compiles) == 1
+    launcher.launch(kernel, (2, 1, 1), dict(X=x, n=6), num_warps=4)  # another specialization value: compiles
+    assert len(compiles) == 2

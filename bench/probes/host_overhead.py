@@ -61,8 +61,8 @@ def parts(label, x, w, rd, **kwargs):
     for buffer in (step for step in plan.steps if isinstance(step, plans._Buffer)):
         buffer(with_buffers)
     step = next(step for step in plan.steps if isinstance(step, plans._Launch))
-    args = dict(zip(step.kernel.arg_names, step.values(with_buffers)))
     values = step.values(with_buffers)
+    args = dict(zip(step.kernel.arg_names, values))
     compiled = [binary for key, binary in launcher._compiled.items() if key[0] is step.kernel][-1]
     stream = torch.cuda.current_stream().cuda_stream
     call()

@@ -30,8 +30,8 @@ _FAST_PATH = _RELEASE in _CHECKED_RELEASES
 
 _MAX_ENTRIES = 8192  # distinct integer values make distinct keys; a pathological caller only refills the cache
 _lock = threading.Lock()
-_compiled: dict[tuple, object] = {}
-_launch_again: dict[tuple, object] = {}  # the same keys: ``direct(compiled)``
+_compiled: dict[tuple, object] = {}  # the binaries by key, for inspection (tests, bench/probes)
+_launch_again: dict[tuple, object] = {}  # the same keys: ``direct(compiled)``, what a cached call runs
 _param_kinds: dict[object, tuple[int, ...]] = {}
 _verified: set[str] = set()  # hashes of the binaries ``verify`` accepted
 _CONSTEXPR, _SPECIALIZED, _UNSPECIALIZED = 0, 1, 2
@@ -99,8 +99,8 @@ def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, compilin
     """``kernel[grid](**args, **options)`` (options: num_warps, num_stages), cached. ``args`` names every
     parameter of the kernel. ``verify``: called with each new compiled binary before its first launch.
     ``compiling``: a context manager factory, entered around every step that may compile (Triton's own launch
-    path included); the cached launches skip it. Returns the binary launched when :func:`direct` can launch
-    it again, else None."""
+    path included); the cached launches skip it. Returns :func:`direct`'s function for the binary launched, which
+    launches it again without this key, or None where there is none."""
     values = tuple(args[name] for name in kernel.arg_names)  # a missing argument fails here, on every path
     # Interpreted kernels (TRITON_INTERPRET=1) are not JITFunctions: they always take Triton's path.
     if not isinstance(kernel, JITFunction):
@@ -126,18 +126,18 @@ def launch(kernel, grid: tuple[int, int, int], args: dict, verify=None, compilin
                 if len(_compiled) >= _MAX_ENTRIES:
                     _compiled.clear()
                     _launch_again.clear()
-                _compiled[key], _launch_again[key] = compiled, direct(compiled)
-                return compiled
+                _compiled[key] = compiled
+                _launch_again[key] = launch_again = direct(compiled)
+                return launch_again
         return None
     launch_again(grid, values)
-    return _compiled.get(key)
+    return launch_again
 
 
 def direct(compiled):
-    """A function ``(grid, argument values in parameter order)`` that launches ``compiled`` (a binary
-    :func:`launch` returned, already loaded) on the current device's current stream, skipping the key
-    ``launch`` computes; None when there is no such binary. Launch hooks are not called: check
-    :func:`hooks_installed` first."""
+    """A function ``(grid, argument values in parameter order)`` that launches ``compiled`` (a binary Triton
+    compiled and loaded) on the current device's current stream, skipping the key :func:`launch` computes; None
+    when there is no such binary. Launch hooks are not called: check :func:`hooks_installed` first."""
     if compiled is None:
         return None
     run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata

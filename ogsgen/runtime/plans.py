@@ -101,8 +101,8 @@ def zero(tensor: torch.Tensor) -> None:
 
 def launch(kernel, grid, args: dict, verify=None, compiling=None, **options) -> None:
     """``launcher.launch``, noted once it succeeded."""
-    compiled = launcher.launch(kernel, grid, args, verify=verify, compiling=compiling, **options)
-    _note(("launch", kernel, grid, args, options, compiling, compiled))
+    launch_again = launcher.launch(kernel, grid, args, verify=verify, compiling=compiling, **options)
+    _note(("launch", kernel, grid, args, options, compiling, launch_again))
 
 
 class _Launch:
@@ -209,7 +209,7 @@ def build(rec: Recording, tensors: list, result) -> Plan | None:
                 return None
             steps.append(_Zero(index))
         else:
-            _, kernel, grid, args, options, compiling, compiled = event
+            _, kernel, grid, args, options, compiling, launch_again = event
             template, slots, descriptors = [], [], []
             for position, name in enumerate(kernel.arg_names):
                 value = args[name]
@@ -229,6 +229,6 @@ def build(rec: Recording, tensors: list, result) -> Plan | None:
                     return None
                 template.append(value)
             steps.append(_Launch(kernel, grid, options, compiling, tuple(template), tuple(slots), tuple(descriptors),
-                                 launcher.direct(compiled)))
+                                 launch_again))
     index = slot(result)
     return None if index is None else Plan(tuple(steps), index, tuple(sorted(aliases)))
