@@ -156,9 +156,10 @@ def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts:
     kwargs = dict(gather_indx=gather_indx if variant.gather else None,
                   scatter_indx=scatter_indx if variant.scatter else None, betas=betas, gammas=gammas,
                   fused_activation=act, epilogue=epi, y_acc_in=y_acc_in)
-    # With k > 1 the scattered rows pass through a scratch buffer (the output dtype, bf16 for fp8) before the sum.
+    # With k > 1 the scattered rows pass through a scratch buffer (the output dtype, bf16 for fp8) before the sum,
+    # unless K is split (fp32 partials).
     scratch_dtype = out_dtype if variant.y.scaling == "none" else torch.bfloat16
-    rounds_rows = variant.scatter and n_expts_act > 1
+    rounds_rows = variant.scatter and n_expts_act > 1 and not (split_k or 1) > 1
     ref = matmul_ogs_torch(ops.x_ref, ops.w_ref, bias, routing_data,
                            precision_config=PrecisionConfig(out_dtype=torch.float32),
                            round_y=(lambda t: t.to(scratch_dtype).float()) if rounds_rows else None, **kwargs)

@@ -96,6 +96,9 @@ def test_split_k_realistic(split_k):
     with ogsgen.opt_flags_constraints(**({"split_k": split_k} if split_k else {})):
         run_moe_case(DEFAULT["ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu"], 16, 5760, 2880, 128,
                      4, "cuda")
+        # a top-k scatter: the split partials summed by the k-row combine
+        run_moe_case(DEFAULT["ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_bias_gammas"], 16, 2880, 2880, 128, 4,
+                     "cuda", split_k=split_k, drop=0.2)
 
 
 def test_moe_layer_makes_no_host_synchronization():

@@ -141,8 +141,8 @@ UPSTREAM = [(16, 64, 64, 128, 4, None), (16, 64, 64, 128, 4, 3), (16, 64, 64, 3,
 @pytest.mark.parametrize("gather,scatter", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("gammas", [False, True])
 def test_upstream_ragged_cases(tokens, n, k, n_expts, k_act, split_k, gather, scatter, gammas, device):
-    if split_k and scatter:
-        pytest.skip("split K with a scatter is rejected (tested in test_split_k_with_scatter_is_rejected)")
+    if split_k and scatter and k_act == 1:
+        pytest.skip("split K with a one-gate scatter is rejected (test_split_k_with_direct_scatter_is_rejected)")
     variant = _variant(gather=gather, scatter=scatter, bias=True, gammas=gammas)
     with ogsgen.opt_flags_constraints(block_m=16, block_k=16, block_n=32):
         run_moe_case(variant, tokens, n, k, n_expts, k_act, device, split_k=split_k)
@@ -179,7 +179,7 @@ def test_fused_activation_with_split_k(split_k, device):
 def test_fused_activation_equals_activation_after_matmul(alpha, limit, gather, scatter, split_k, device):
     # Upstream's test_fused_act: the fused SwiGLU against SwiGLU applied to the unfused fp32 result.
     if scatter and split_k > 1:
-        pytest.skip("split K with a scatter is rejected")
+        pytest.skip("split K with a one-gate scatter or a scatter's fused activation is rejected")
     rd, gi, si = routing(torch.randn(30, 4, device=device), 1 if scatter else 2)
     n_rows = 30 if scatter else 60
     x = torch.randn(30 if gather else n_rows, 48, device=device, dtype=torch.float16)
@@ -246,13 +246,29 @@ def test_ragged_zero_sizes(tokens, n, k, device):
     assert z.shape == (tokens, n)
 
 
-def test_split_k_with_scatter_is_rejected(device):
-    rd, gi, si = routing(torch.randn(8, 4, device=device), 2)
+@pytest.mark.parametrize("gammas", [False, True])
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_split_k_through_the_topk_combine(split_k, gammas, device):
+    # A top-k scatter's split partials are summed by its k-row combine: the same result as the unsplit call,
+    # the bias added once, dropped gates adding nothing.
+    variant = _variant(BF16, scatter=True, bias=True, gammas=gammas)
+    with ogsgen.opt_flags_constraints(block_m=16, block_k=16, block_n=32):
+        run_moe_case(variant, 24, 48, 80, 6, 3, device, split_k=split_k, drop=0.25)
+
+
+def test_split_k_with_direct_scatter_is_rejected(device):
+    # One gate per token (the matmul writes y itself) or an activation (between the two sums): no split K.
     x = torch.randn(16, 32, device=device, dtype=torch.float16)
     w = torch.randn(4, 32, 16, device=device, dtype=torch.float16)
+    rd, _, si = routing(torch.randn(16, 4, device=device), 1)
     with ogsgen.opt_flags_constraints(split_k=2):
-        with pytest.raises(ogsgen.InapplicableConstraint, match="split_k=2 cannot be combined with scatter_indx"):
+        with pytest.raises(ogsgen.InapplicableConstraint, match="split_k=2 cannot be combined with y_acc_in, a "
+                                                                "scatter of one expert per token"):
             ogsgen.matmul_ogs(x, w, None, rd, scatter_indx=si)
+        rd, _, si = routing(torch.randn(8, 4, device=device), 2)
+        with pytest.raises(ogsgen.InapplicableConstraint, match="a scatter with a fused activation"):
+            ogsgen.matmul_ogs(x, w, None, rd, scatter_indx=si,
+                              fused_activation=ogsgen.FusedActivation(ogsgen.swiglu, (1.0, 1.0)))
 
 
 # ---------------------------------------------------------------- bad MoE inputs

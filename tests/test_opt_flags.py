@@ -138,6 +138,14 @@ def test_asking_for_the_persistent_kernel_drops_the_heuristic_split_of_k():
                        constraints=(("persistent", True), ("split_k", 2)))
 
 
+def test_asking_for_a_split_of_k_drops_the_heuristic_persistent_kernel():
+    # gpt-oss w2 bf16 T=16 (64 rows on 128 experts, 1 GB of W): the persistent decode kernel, which does not split
+    assert _gpt_oss_w2_bf16(16).persistent
+    flags = make_opt_flags(2, 1, 64, 2880, 2880, 1, 128, 1, True, 132, constraints=(("split_k", 4),),
+                           persistent_blocker=None)
+    assert (flags.persistent, flags.split_k, flags.block_m) == (False, 4, 16)
+
+
 def _hopper_mxfp4(n, k, tokens, n_expts, top_k, scales_n_contiguous=True, constraints=()):
     rows = tokens * top_k
     return make_opt_flags(2, 1, rows, n, k, 1, n_expts, max(1, rows // n_expts), True, 132, "hopper",
@@ -156,9 +164,20 @@ def test_hopper_mxfp4_tiles_with_n_contiguous_scales():
     def waits_and_cap(flags):
         return tile(flags), flags.wait_mma
     pipelined, waiting = ((16, 256, 128, 8, 3, 128), False), ((16, 256, 128, 8, 3, 80), True)
-    assert waits_and_cap(_hopper_mxfp4(w1[0], w1[1], 1, *w1[2:])) == pipelined  # 4 experts x 23 tiles
-    assert tile(_hopper_mxfp4(w2[0], w2[1], 1, *w2[2:])) == narrow        # 4 experts x 12 tiles < 132 / 2
-    assert waits_and_cap(_hopper_mxfp4(deepseek[0], deepseek[1], 1, *deepseek[2:])) == pipelined  # 8 x 16 tiles
+    # One wave of 16x256 tiles (T=1): K split two ways, so that they fill two CTAs per SM (2026-12-02h-probes).
+    def split(flags):
+        return waits_and_cap(flags), flags.split_k
+    assert split(_hopper_mxfp4(w1[0], w1[1], 1, *w1[2:])) == (pipelined, 2)  # 4 experts x 23 tiles
+    assert split(_hopper_mxfp4(w2[0], w2[1], 1, *w2[2:])) == (pipelined, 2)  # 4 experts x 12 tiles
+    assert split(_hopper_mxfp4(deepseek[0], deepseek[1], 1, *deepseek[2:])) == (pipelined, 2)  # 8 x 16 tiles
+    # where K cannot split (one gate per token, an activation after a scatter, y_acc_in), the tiles of before
+    unsplit = make_opt_flags(2, 1, 4, 2880, 2880, 1, 128, 1, False, 132, "hopper", mx_scales_n_contiguous=True)
+    assert (tile(unsplit), unsplit.split_k) == (narrow, 1)  # 4 experts x 12 tiles < 132 / 2
+    unsplit = make_opt_flags(2, 1, 4, 5760, 2880, 1, 128, 1, False, 132, "hopper", mx_scales_n_contiguous=True)
+    assert (waits_and_cap(unsplit), unsplit.split_k) == (pipelined, 1)
+    # K of under 16 steps of 128 keeps one split; so does a tile per SM or more
+    assert _hopper_mxfp4(w2[0], 1920, 1, *w2[2:]).split_k == 1
+    assert _hopper_mxfp4(w2[0], w2[1], 8, *w2[2:]).split_k == 1
     for tokens in (8, 32, 64, 256):  # up to 8 rows per expert
         for shape in (w1, w2, deepseek):
             assert waits_and_cap(_hopper_mxfp4(shape[0], shape[1], tokens, *shape[2:])) == waiting, (shape, tokens)

@@ -9,7 +9,8 @@ import pytest
 import ogsgen
 from ogsgen.errors import SpecError, UnsupportedError
 from ogsgen.spec import (BF16, FP16, FP32, FP8_E4M3, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, FnSpecs, KernelVariant, NumericFormat,
-                         canonical_name, companions, format_named, topk_plan, variant_product)
+                         canonical_name, companions, format_named, topk_plan, topk_split_k_plan,
+                         variant_product)
 from ogsgen.spec.catalog import Catalog, _expand, default_catalog
 from ogsgen.spec.functions import function_source_hash
 
@@ -143,6 +144,13 @@ def test_topk_plan_and_catalog_companions():
     catalog = Catalog("test", _expand([w2], "test")).by_name()
     # companions are expanded transitively: the top-k matmul may split K, so its partials and reduce are built
     assert {"ogs_matmul_xbf16_wmxfp4hopper_yfp32_ragged_bias", "ogs_reduce_xfp32_ybf16"} <= set(catalog)
+    # K split through the top-k combine: the same fp32 partials, summed over splits and gates by one reduce
+    partials, split_reduce = topk_split_k_plan(w2)
+    assert canonical_name(partials) == "ogs_matmul_xbf16_wmxfp4hopper_yfp32_ragged_bias"
+    assert canonical_name(split_reduce) == "ogs_reduce_xfp32_ybf16_scatter_gammas" in catalog
+    with pytest.raises(SpecError, match="with an activation cannot split K"):
+        topk_split_k_plan(KernelVariant(BF16, BF16, BF16, ragged=True, scatter=True,
+                                        activation=ogsgen.swiglu))
     for variant in default_catalog().variants:
         assert {canonical_name(c) for c in companions(variant)} <= set(default_catalog().by_name())
 

@@ -19,7 +19,7 @@ from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..numerics.scale_bounds import scales_at_most_2
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
-from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan
+from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan, topk_split_k_plan
 from . import launcher, loader, plans, wgmma_hazards
 from .descriptors import ragged_rows_descriptor
 from .opt_flags import OptFlags, current_constraints, make_opt_flags, reduce_tile, row_tiles
@@ -594,8 +594,8 @@ def _mx_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
 def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, out: torch.Tensor, *, gammas,
                    epilogue_values, scatter_src=None):
     """Sum ``parts`` into ``out`` (B, M, N // reduction_n), applying what is left. Split K: ``parts`` (S, B, M, N)
-    summed over S. A scatter: ``parts`` the matmul's rows (sorted rows, N), ``scatter_src`` (M * S) the sorted row
-    of each token's S gates (-1: dropped)."""
+    summed over S. A scatter: ``parts`` the matmul's rows (sorted rows, N), or their split-K partials (split, sorted
+    rows, N); ``scatter_src`` (M * S) the sorted row of each token's S gates (-1: dropped)."""
     batch, m = out.shape[0], out.shape[1]
     n = parts.shape[-1]
     block_m, block_n, num_warps = reduce_tile(n, variant.reduction_n)
@@ -603,7 +603,9 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
                 X=parts, stride_x_m=parts.stride(-2), stride_x_n=parts.stride(-1), M=m, N=n,
                 BLOCK_M=block_m, BLOCK_N=block_n)
     if variant.scatter:
-        args.update(ScatterSrcIndx=scatter_src, S=scatter_src.shape[0] // m)
+        split = parts.ndim == 3
+        args.update(ScatterSrcIndx=scatter_src, S=scatter_src.shape[0] // m, stride_x_s=parts.stride(0) if split else 0,
+                    split_k=parts.shape[0] if split else 1)
     else:
         args.update(stride_x_s=parts.stride(0), stride_x_b=parts.stride(1), S=parts.shape[0])
     if variant.gammas:
@@ -810,47 +812,58 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         tokens_per_expt = routing_data.expected_tokens_per_expt or max(1, m // n_expts)
     n_sms = sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) \
         if x.is_cuda else None
-    flag_args = (x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt,
-                 scatter_indx is None and y_acc_in is None, n_sms,
+    topk = scatter_indx is not None and routing_data.n_expts_act > 1
+    # K splits where its partials are summed before anything nonlinear: by a reduce of their own, or by a top-k
+    # scatter's combine when no activation comes between the two sums
+    can_split = y_acc_in is None and (scatter_indx is None or (topk and act.specs.is_default))
+    flag_args = (x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt, can_split, n_sms,
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
     scales_n_contiguous = w_fmt.scaling == "block_e8m0" and pc.weight_scale.stride(-1) == 1
-    topk = scatter_indx is not None and routing_data.n_expts_act > 1
-    if topk:  # the matmul writes its rows in sorted order to scratch, and a reduce combines each token's k
-        matmul_variant, reduce_variant = topk_plan(variant)
-        matmul_out = plans.new_buffer((m, n_out), matmul_variant.y.torch_dtype, x.device)
-    else:
-        matmul_variant, matmul_out = variant, y
     flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x), scales_n_contiguous, gather_indx is not None)
+    matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     if flags.persistent:
         y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
         if (tma_blocker := _tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
             # the tiled kernel, or the error if persistent was forced
             flags = make_opt_flags(*flag_args, tma_blocker, scales_n_contiguous, gather_indx is not None)
+            matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     if other_device:
         plans.not_plannable()  # a plan launches on the current device
     with torch.cuda.device(x.device) if other_device else contextlib.nullcontext():
-        if topk:
-            _launch_matmul(matmul_variant, call, flags, matmul_out, bias=bias, betas=betas, gammas=None,
-                           y_acc_in=None, out_alpha=out_alpha)
-            _launch_reduce(reduce_variant, call, matmul_out, _as_3d(y), gammas=gammas,
-                           epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul,
-                           scatter_src=scatter_indx.src_indx)
-        elif flags.split_k > 1:
-            partials_variant, reduce_variant = split_k_plan(variant)
-            partials = plans.new_buffer((flags.split_k, batch, m, n), torch.float32, x.device)
-            _launch_matmul(partials_variant, call, flags, partials, bias=bias, betas=betas, gammas=None,
-                           y_acc_in=None, out_alpha=out_alpha, split_k=flags.split_k)
-            _launch_reduce(reduce_variant, call, partials, _as_3d(y), gammas=gammas,
-                           epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul)
-        else:
+        if reduce_variant is None:
             if scatter_indx is not None:
                 plans.zero(y)  # tokens whose only gate was dropped get zeros
             _launch_matmul(variant, call, flags, y, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in,
                            out_alpha=out_alpha)
+        else:
+            _launch_matmul(matmul_variant, call, flags, matmul_out, bias=bias, betas=betas, gammas=None,
+                           y_acc_in=None, out_alpha=out_alpha, split_k=flags.split_k)
+            _launch_reduce(reduce_variant, call, matmul_out, _as_3d(y), gammas=gammas,
+                           epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul,
+                           scatter_src=scatter_indx.src_indx if topk else None)
     return y
+
+
+def _matmul_output(variant: KernelVariant, call: _Launch, flags, topk: bool, y: torch.Tensor,
+                   n_out: int) -> tuple[KernelVariant, KernelVariant | None, torch.Tensor]:
+    """(matmul variant, reduce variant or None, the matmul's output) of a call: y itself, or a buffer for the reduce
+    to sum: a top-k scatter's rows in sorted order (scratch in the output dtype, or fp32 split-K partials
+    (split, rows, N)), or split-K partials (split, batch, rows, N)."""
+    m, n, device = call.m, call.n, call.x.device
+    if topk and flags.split_k > 1:
+        matmul_variant, reduce_variant = topk_split_k_plan(variant)
+        return matmul_variant, reduce_variant, plans.new_buffer((flags.split_k, m, n), torch.float32, device)
+    if topk:
+        matmul_variant, reduce_variant = topk_plan(variant)
+        return matmul_variant, reduce_variant, plans.new_buffer((m, n_out), matmul_variant.y.torch_dtype, device)
+    if flags.split_k > 1:
+        matmul_variant, reduce_variant = split_k_plan(variant)
+        partials = plans.new_buffer((flags.split_k, call.batch, m, n), torch.float32, device)
+        return matmul_variant, reduce_variant, partials
+    return variant, None, y
 
 
 def _as_3d(t: torch.Tensor) -> torch.Tensor:

@@ -64,7 +64,8 @@ def opt_flags_constraints(**constraints):
     Example: ``with ogsgen.opt_flags_constraints(block_m=64, num_warps=4): matmul_ogs(...)``.
     Blocks nest; inner values win. A constrained tile (block sizes, warps, stages) drops the heuristic's
     register cap (``maxnreg``) and its waiting for each wgmma (``wait_mma``), which were measured for the
-    heuristic's tile, unless they are given too; ``persistent=True`` drops its split of K (``split_k``).
+    heuristic's tile, unless they are given too; ``persistent=True`` drops its split of K (``split_k``), and
+    ``split_k`` > 1 its persistent kernel.
     """
     for key, value in constraints.items():
         if key not in CONSTRAINT_KEYS:
@@ -209,6 +210,9 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         #   multiple of 128 (DeepSeek-V3's 7168) it is 3-13% faster at T=8/32.
         # Those tiles were measured with scales stored K-contiguous; scales stored N-contiguous (as
         # prepare_expert_weights stores them) have tiles of their own below.
+        if mx_scales_n_contiguous and (split_k := _hopper_mxfp4_one_wave_split(m, n, k, n_expts, n_sms, block_m,
+                                                                                  can_split)):
+            return OptFlags(16, 256, 128, group_m=8, num_warps=8, num_stages=3, split_k=split_k, maxnreg=128)
         if mx_scales_n_contiguous:
             block_m, block_n, block_k, num_warps, num_stages, wait_mma, maxnreg = _hopper_mxfp4_tile(
                 m, n, n_expts, n_sms, block_m)
@@ -267,6 +271,23 @@ def _hopper_mxfp4_tile(m, n, n_expts, n_sms, block_m):
     return 128, 256, 128, 8, 4, False, None
 
 
+def _hopper_mxfp4_one_wave_split(m, n, k, n_expts, n_sms, block_m, can_split) -> int:
+    """The K split of hopper-layout mxfp4 decode calls (N-contiguous scales) whose 16x256 tiles fit in one wave, or
+    0. Such a call leaves SMs idle or runs one CTA per SM, and its upcast loop is bound by instruction issue: the
+    pipelined 16x256x128/8-warp tile at 128 registers (2 CTAs per SM) with K split so its tiles fill two CTAs per
+    SM, keeping 8 K steps per split. Measured on the H200, tiles timed in turn (bench/results/2026-12-02h-probes):
+    gpt-oss w2 T=1 (48 tiles; its split partials summed by the top-k combine) 20.3 -> 16.7 us, DeepSeek-V3 w1 T=1
+    (128 tiles) 55.7 -> 47.4, gpt-oss w1 T=1 (92 tiles) 22.0 -> 21.4, split-K reduce included. With more tiles than
+    SMs (T=8) splits were 7-14% slower."""
+    if not (can_split and n_sms and n_expts is not None and block_m == 16):
+        return 0
+    wide_tiles = min(m, n_expts) * triton.cdiv(n, 256)  # at most one row tile per expert
+    k_steps = triton.cdiv(k, 128)
+    if wide_tiles > n_sms or k_steps < 16:
+        return 0
+    return min(8, k_steps // 8, max(2, 2 * n_sms // wide_tiles))
+
+
 def _wave_fill(tiles: int, n_sms: int) -> float:
     """The share of the SMs' time a launch of ``tiles`` equal tiles keeps busy: tiles / (waves * SMs)."""
     return tiles / (triton.cdiv(tiles, n_sms) * n_sms)
@@ -313,6 +334,8 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
         constrained = {**_MEASURED_FOR_ITS_TILE, **constrained}
     if constrained.get("persistent"):  # the persistent kernel does not split K: drop the heuristic's split
         constrained = {"split_k": 1, **constrained}
+    if constrained.get("split_k", 1) > 1:  # and only the tiled kernel does: drop the heuristic's persistent kernel
+        constrained = {"persistent": False, **constrained}
     flags = replace(flags, **constrained)
     operands = (itemsize, reduction_n, w_mx_layout, y_mx)
     if (problem := _tile_problem(flags, *operands)) is not None:
@@ -333,8 +356,8 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if flags.persistent and flags.split_k > 1:
         raise InapplicableConstraint("the persistent kernel does not split K; use split_k=1 with persistent=True")
     if flags.split_k > 1 and not can_split:
-        raise InapplicableConstraint(f"split_k={flags.split_k} cannot be combined with scatter_indx or y_acc_in; "
-                                     f"use split_k=1")
+        raise InapplicableConstraint(f"split_k={flags.split_k} cannot be combined with y_acc_in, a scatter of one "
+                                     f"expert per token, or a scatter with a fused activation; use split_k=1")
     if n_expts is not None and flags.block_m not in BLOCK_SIZES:
         raise InapplicableConstraint(f"block_m={flags.block_m}: ragged rows need block_m in {BLOCK_SIZES} "
                                      f"(the sizes the routing metadata is computed for)")

@@ -131,7 +131,9 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
     itemsize = variant.x.torch_dtype.itemsize
     w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
     y_mx = variant.y.scaling == "block_e8m0"
-    can_split = not variant.scatter and not variant.y_acc_in
+    # A scatter splits K only in its top-k calls (without an activation); one gate per token writes y directly.
+    can_splits = {not variant.y_acc_in and not variant.scatter,
+                  not variant.y_acc_in and not (variant.scatter and variant.activation)}
     persistent_blocker = None if tma and variant.has_persistent_kernel else "no persistent kernel here"
     seen = {}
     router_like = not variant.ragged and variant.w.scaling == "none"
@@ -152,11 +154,12 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
         else:
             args = (rows, n, k, variant.reduction_n, None, 0)
         # MX scales as prepare_expert_weights stores them: N-contiguous
-        flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx,
-                               persistent_blocker=persistent_blocker,
-                               mx_scales_n_contiguous=w_mx_layout is not None, x_gathered=variant.gather)
-        # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
-        seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
+        for can_split in can_splits:
+            flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx,
+                                   persistent_blocker=persistent_blocker,
+                                   mx_scales_n_contiguous=w_mx_layout is not None, x_gathered=variant.gather)
+            # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
+            seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
     return list(seen)
 
 
@@ -169,9 +172,11 @@ def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
         flag_sets = reachable_flags(v, n_sms, tma)
         for small_scales in ((True, False) if v.w.layout == "hopper" else (False,)):
             calls += [WarmupCall(v, flags, k, top_k, small_scales) for flags in flag_sets for k in (_K_EVEN, _K_TAIL)
-                      for top_k in (_SCATTER_TOP_KS if v.scatter else (_TOP_K,))]
-        if v.scatter:
-            calls += [WarmupCall(v, flag_sets[0], _K_EVEN, top_k) for top_k in _REDUCE_TOP_KS]
+                      for top_k in (_SCATTER_TOP_KS if v.scatter and flags.split_k == 1 else (_TOP_K,))]
+        if v.scatter:  # the top-k reduce for more gates: unsplit, and after a split K (a binary of its own)
+            splitting = [flags for flags in flag_sets if flags.split_k > 1][:1]
+            calls += [WarmupCall(v, flags, _K_EVEN, top_k) for flags in dict.fromkeys([flag_sets[0], *splitting])
+                      for top_k in _REDUCE_TOP_KS]
     return calls
 
 

@@ -208,12 +208,26 @@ def topk_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
     return matmul, reduce
 
 
+@lru_cache(maxsize=None)
+def topk_split_k_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
+    """(partials matmul, reduce) computing a scatter with k > 1 experts per token and K split: the top-k matmul's
+    fp32 split-K partials, then one reduce that sums each token's k rows over the splits. The k-row combine
+    is a launch of its own anyway, so the split costs no extra launch. Only without an activation, which would
+    have to come between the two sums."""
+    if variant.activation is not None:
+        raise SpecError(f"{canonical_name(variant)}: a top-k scatter with an activation cannot split K")
+    partials, _ = split_k_plan(topk_plan(variant)[0])
+    reduce = KernelVariant(FP32, FP32, variant.y, family="reduce", scatter=True, gammas=variant.gammas,
+                           epilogue=variant.epilogue)
+    return partials, reduce
+
+
 def companions(variant: KernelVariant) -> list[KernelVariant]:
     """The other variants a call of ``variant`` may launch (split K, top-k combine)."""
     if variant.family != "matmul":
         return []
     if variant.scatter:
-        return list(topk_plan(variant))
+        return list(topk_plan(variant)) + (list(topk_split_k_plan(variant)) if variant.activation is None else [])
     if variant.y_acc_in:
         return []
     return list(split_k_plan(variant))
