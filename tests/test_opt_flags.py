@@ -146,10 +146,11 @@ def test_asking_for_a_split_of_k_drops_the_heuristic_persistent_kernel():
     assert (flags.persistent, flags.split_k, flags.block_m) == (False, 4, 16)
 
 
-def _hopper_mxfp4(n, k, tokens, n_expts, top_k, scales_n_contiguous=True, constraints=()):
+def _hopper_mxfp4(n, k, tokens, n_expts, top_k, scales_n_contiguous=True, constraints=(), split_is_free=False):
     rows = tokens * top_k
     return make_opt_flags(2, 1, rows, n, k, 1, n_expts, max(1, rows // n_expts), True, 132, "hopper",
-                          constraints=constraints, mx_scales_n_contiguous=scales_n_contiguous)
+                          constraints=constraints, mx_scales_n_contiguous=scales_n_contiguous,
+                          split_is_free=split_is_free)
 
 
 def test_hopper_mxfp4_tiles_with_n_contiguous_scales():
@@ -164,20 +165,21 @@ def test_hopper_mxfp4_tiles_with_n_contiguous_scales():
     def waits_and_cap(flags):
         return tile(flags), flags.wait_mma
     pipelined, waiting = ((16, 256, 128, 8, 3, 128), False), ((16, 256, 128, 8, 3, 80), True)
-    # One wave of 16x256 tiles (T=1): K split two ways, so that they fill two CTAs per SM (2026-12-02h-probes).
+    # One wave of 16x256 tiles (T=1): K split two ways, so that they fill two CTAs per SM (2026-12-02h-probes),
+    # with 16 K steps of 128 or more where a top-k combine sums the splits anyway (w2), else 32 (w1).
     def split(flags):
         return waits_and_cap(flags), flags.split_k
-    assert split(_hopper_mxfp4(w1[0], w1[1], 1, *w1[2:])) == (pipelined, 2)  # 4 experts x 23 tiles
-    assert split(_hopper_mxfp4(w2[0], w2[1], 1, *w2[2:])) == (pipelined, 2)  # 4 experts x 12 tiles
+    assert split(_hopper_mxfp4(w2[0], w2[1], 1, *w2[2:], split_is_free=True)) == (pipelined, 2)  # 4 x 12 tiles
     assert split(_hopper_mxfp4(deepseek[0], deepseek[1], 1, *deepseek[2:])) == (pipelined, 2)  # 8 x 16 tiles
+    assert split(_hopper_mxfp4(w1[0], w1[1], 1, *w1[2:])) == (pipelined, 1)  # 4 x 23 tiles, 23 K steps
     # where K cannot split (one gate per token, an activation after a scatter, y_acc_in), the tiles of before
-    unsplit = make_opt_flags(2, 1, 4, 2880, 2880, 1, 128, 1, False, 132, "hopper", mx_scales_n_contiguous=True)
+    unsplit = make_opt_flags(2, 1, 4, 2880, 2880, 1, 128, 1, False, 132, "hopper", mx_scales_n_contiguous=True,
+                             split_is_free=True)
     assert (tile(unsplit), unsplit.split_k) == (narrow, 1)  # 4 experts x 12 tiles < 132 / 2
-    unsplit = make_opt_flags(2, 1, 4, 5760, 2880, 1, 128, 1, False, 132, "hopper", mx_scales_n_contiguous=True)
-    assert (waits_and_cap(unsplit), unsplit.split_k) == (pipelined, 1)
+    assert _hopper_mxfp4(deepseek[0], deepseek[1], 1, *deepseek[2:], constraints=(("split_k", 1),)).split_k == 1
     # K of under 16 steps of 128 keeps one split; so does a tile per SM or more
-    assert _hopper_mxfp4(w2[0], 1920, 1, *w2[2:]).split_k == 1
-    assert _hopper_mxfp4(w2[0], w2[1], 8, *w2[2:]).split_k == 1
+    assert _hopper_mxfp4(w2[0], 1920, 1, *w2[2:], split_is_free=True).split_k == 1
+    assert _hopper_mxfp4(w2[0], w2[1], 8, *w2[2:], split_is_free=True).split_k == 1
     for tokens in (8, 32, 64, 256):  # up to 8 rows per expert
         for shape in (w1, w2, deepseek):
             assert waits_and_cap(_hopper_mxfp4(shape[0], shape[1], tokens, *shape[2:])) == waiting, (shape, tokens)

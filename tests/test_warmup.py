@@ -53,11 +53,12 @@ def test_reachable_flags_include_what_real_calls_choose(name, shapes):
     reachable = reachable_flags(variant, H200_SMS)
     w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
     for rows, n, k, n_expts, per_expert in shapes:
+        # top-k calls: a scatter splits K through its k-row combine, unless an activation comes between
         flags = make_opt_flags(variant.x.torch_dtype.itemsize, 1, rows, n, k, variant.reduction_n, n_expts,
-                               per_expert, not variant.scatter, H200_SMS, w_mx_layout,
+                               per_expert, not (variant.scatter and variant.activation), H200_SMS, w_mx_layout,
                                persistent_blocker=None if variant.has_persistent_kernel else "none",
                                mx_scales_n_contiguous=w_mx_layout is not None,  # prepare_expert_weights' scales
-                               x_gathered=variant.gather)
+                               x_gathered=variant.gather, split_is_free=variant.scatter)
         assert replace(flags, split_k=min(flags.split_k, 2)) in reachable, (rows, n, k, flags)
 
 

@@ -125,7 +125,7 @@ _HOST_HIDING_W_BYTES = 300 * 10**6
 
 
 def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout,
-               can_persist, mx_scales_n_contiguous, x_gathered) -> OptFlags:
+               can_persist, mx_scales_n_contiguous, x_gathered, split_is_free) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
     if (itemsize == 2 and w_mx_layout is None and n_expts is not None and m < n_expts and not x_gathered
@@ -211,7 +211,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # Those tiles were measured with scales stored K-contiguous; scales stored N-contiguous (as
         # prepare_expert_weights stores them) have tiles of their own below.
         if mx_scales_n_contiguous and (split_k := _hopper_mxfp4_one_wave_split(m, n, k, n_expts, n_sms, block_m,
-                                                                                  can_split)):
+                                                                                  can_split, split_is_free)):
             return OptFlags(16, 256, 128, group_m=8, num_warps=8, num_stages=3, split_k=split_k, maxnreg=128)
         if mx_scales_n_contiguous:
             block_m, block_n, block_k, num_warps, num_stages, wait_mma, maxnreg = _hopper_mxfp4_tile(
@@ -271,19 +271,21 @@ def _hopper_mxfp4_tile(m, n, n_expts, n_sms, block_m):
     return 128, 256, 128, 8, 4, False, None
 
 
-def _hopper_mxfp4_one_wave_split(m, n, k, n_expts, n_sms, block_m, can_split) -> int:
+def _hopper_mxfp4_one_wave_split(m, n, k, n_expts, n_sms, block_m, can_split, split_is_free) -> int:
     """The K split of hopper-layout mxfp4 decode calls (N-contiguous scales) whose 16x256 tiles fit in one wave, or
     0. Such a call leaves SMs idle or runs one CTA per SM, and its upcast loop is bound by instruction issue: the
     pipelined 16x256x128/8-warp tile at 128 registers (2 CTAs per SM) with K split so its tiles fill two CTAs per
     SM, keeping 8 K steps per split. Measured on the H200, tiles timed in turn (bench/results/2026-12-02h-probes):
     gpt-oss w2 T=1 (48 tiles; its split partials summed by the top-k combine) 20.3 -> 16.7 us, DeepSeek-V3 w1 T=1
-    (128 tiles) 55.7 -> 47.4, gpt-oss w1 T=1 (92 tiles) 22.0 -> 21.4, split-K reduce included. With more tiles than
-    SMs (T=8) splits were 7-14% slower."""
+    (128 tiles, 56 K steps) 55.7 -> 47.4, split-K reduce included. A split that needs a reduce of its own pays for
+    its launch only with 32 K steps or more: gpt-oss w1 T=1 (92 tiles, 23 K steps) went 22.0 -> 21.4 us in one run
+    and 21.9 -> 21.8 in the bench, while its eager call's host time went 29 -> 43 us. With more tiles than SMs
+    (T=8) splits were 7-14% slower."""
     if not (can_split and n_sms and n_expts is not None and block_m == 16):
         return 0
     wide_tiles = min(m, n_expts) * triton.cdiv(n, 256)  # at most one row tile per expert
     k_steps = triton.cdiv(k, 128)
-    if wide_tiles > n_sms or k_steps < 16:
+    if wide_tiles > n_sms or k_steps < (16 if split_is_free else 32):
         return 0
     return min(8, k_steps // 8, max(2, 2 * n_sms // wide_tiles))
 
@@ -305,7 +307,8 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
                    tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx_layout: str | None = None,
                    bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = (),
                    persistent_blocker: str | None = "no persistent kernel was asked for",
-                   mx_scales_n_contiguous: bool = False, x_gathered: bool = False) -> OptFlags:
+                   mx_scales_n_contiguous: bool = False, x_gathered: bool = False,
+                   split_is_free: bool = False) -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
@@ -315,15 +318,16 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     TMA kernel, else why not (the error message for a ``persistent=True`` constraint).
     ``mx_scales_n_contiguous``: MX scales stored with N contiguous (their tiles differ on Hopper).
     ``x_gathered``: rows read through a gather index (the persistent kernel copies them first).
+    ``split_is_free``: split partials would be summed by a reduce the call launches anyway (a top-k combine).
     """
     heuristic_args = (itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
                       n_sms, w_mx_layout)
     flags = _heuristic(*heuristic_args, persistent_blocker is None and not bitwise_invariant, mx_scales_n_contiguous,
-                       x_gathered)
+                       x_gathered, split_is_free)
     if flags.persistent and _tile_problem(flags, itemsize, reduction_n, w_mx_layout, y_mx) is not None:
         # The persistent kernel stores half tiles, of at least 8 output columns and of whole 32-column scale
         # groups for an MX output: where its tile's halves would not be, the tiled kernel (widened below for MX).
-        flags = _heuristic(*heuristic_args, False, mx_scales_n_contiguous, x_gathered)
+        flags = _heuristic(*heuristic_args, False, mx_scales_n_contiguous, x_gathered, split_is_free)
     # Tiles changed here drop the heuristic's register cap and wait for each wgmma, measured for its own tile.
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)

@@ -157,7 +157,8 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
         for can_split in can_splits:
             flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx,
                                    persistent_blocker=persistent_blocker,
-                                   mx_scales_n_contiguous=w_mx_layout is not None, x_gathered=variant.gather)
+                                   mx_scales_n_contiguous=w_mx_layout is not None, x_gathered=variant.gather,
+                                   split_is_free=variant.scatter)
             # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
             seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
     return list(seen)
