@@ -100,6 +100,21 @@ def test_split_k_partials_replay(device, checked_calls):
     assert len(checked_calls) == 1
 
 
+def test_top_k_scatter_split_k_replays_its_partials_and_their_combine(device, checked_calls):
+    with ogsgen.opt_flags_constraints(split_k=2):
+        for step in range(3):
+            rd, _, si, _, w, bias = _moe(device, tokens=6, k_act=2)
+            x_sorted = torch.randn(12, 32, device=device).half()
+            gammas = torch.rand(12, device=device) + 0.5
+            got, want = _w2(rd, si, x_sorted, w, bias, gammas)
+            _close(got, want)
+    assert len(checked_calls) == 1
+    (plan,) = plans._plans.values()
+    # y and the fp32 partials (split, rows, N), the split matmul, the combine of splits and gates
+    assert [type(step).__name__ for step in plan.steps] == ["_Buffer", "_Buffer", "_Launch", "_Launch"]
+    assert plan.steps[1].shape == (2, 12, 32) and plan.steps[1].dtype == torch.float32
+
+
 @pytest.mark.parametrize("batched", [False, True])
 def test_persistent_calls_replay_with_descriptors_of_their_own_tensors(device, checked_calls, batched):
     """The persistent kernel takes TMA descriptors, which hold an address: a replay describes its own tensors."""
