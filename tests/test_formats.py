@@ -352,8 +352,9 @@ def test_fp8_weights_with_16_bit_activations(x_dtype, w_dtype, device):
     assert_close(ref, y.float())
 
 
+@pytest.mark.parametrize("split_k", [1, 2])
 @pytest.mark.parametrize("gather,scatter", [(False, False), (True, False), (False, True), (True, True)])
-def test_fp8_moe_per_expert_scales(gather, scatter, device):
+def test_fp8_moe_per_expert_scales(gather, scatter, split_k, device):
     n_expts, k_act, tokens = 4, 2, 20
     rd, gi, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
     dtype = torch.float8_e5m2
@@ -365,10 +366,11 @@ def test_fp8_moe_per_expert_scales(gather, scatter, device):
                                                          out_data=OutFlexData(expected_scale=torch.tensor(
                                                              [2.0], device=device), actual_scale=actual)))
     kwargs = dict(gather_indx=gi if gather else None, scatter_indx=si if scatter else None)
-    with ogsgen.opt_flags_constraints(block_m=16, block_n=16, block_k=32):
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=16, block_k=32, split_k=split_k):
         y = matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs)
     w_ref = w.float() * w_scale.view(-1, 1, 1)
-    rounds = (lambda t: t.bfloat16().float()) if scatter else None  # k > 1 sums through a bf16 scratch
+    # k > 1 sums through a bf16 scratch, or through fp32 split-K partials
+    rounds = (lambda t: t.bfloat16().float()) if scatter and split_k == 1 else None
     ref = matmul_ogs_torch(x.float(), w_ref, None, rd, precision_config=PrecisionConfig(out_dtype=torch.float32),
                            round_y=rounds, **kwargs)
     assert abs(actual.item() - actual_scale_torch(ref, dtype).item()) < 1e-10
@@ -435,19 +437,21 @@ def test_mx_output(w_format, element, swiglu, split_k, device):
     _check_mx_output(ref, y, out_scale, element)
 
 
-def test_mx_output_after_top_k_scatter(device):
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_mx_output_after_top_k_scatter(split_k, device):
+    # k rows per token pass through a bf16 scratch, or fp32 split-K partials, before the combine quantizes them
     tokens, n_expts, k_act, hidden = 24, 4, 2, 64
     rd, _, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
     x = torch.randn(tokens * k_act, hidden, device=device).bfloat16()
     values, scales = quantize_mx(torch.randn(n_expts, 64, hidden, device=device).mT.contiguous(), "e2m1", axis=-1)
     out_scale = torch.zeros((tokens, 2), dtype=torch.uint8, device=device)
     pc = PrecisionConfig(weight_scale=scales.mT, out_scale=out_scale)
-    with ogsgen.opt_flags_constraints(block_m=16, block_k=32):
+    with ogsgen.opt_flags_constraints(block_m=16, block_k=32, split_k=split_k):
         y = matmul_ogs(x, values.mT, None, rd, scatter_indx=si, gammas=rd.gate_scal.float(), precision_config=pc)
     w_ref = dequantize_mx_torch(values, scales, "e2m1").mT
     ref = matmul_ogs_torch(x, w_ref, None, rd, scatter_indx=si, gammas=rd.gate_scal.float(),
                            precision_config=PrecisionConfig(out_dtype=torch.float32),
-                           round_y=lambda t: t.bfloat16().float())
+                           round_y=(lambda t: t.bfloat16().float()) if split_k == 1 else None)
     _check_mx_output(ref, y, out_scale, "e4m3")
 
 
