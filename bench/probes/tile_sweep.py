@@ -14,8 +14,8 @@ ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTES.md records 
 tile's waiting kernel; a tile: a fallback tile of the heuristic's, "-wait" if it waits; see
 ogsgen.runtime.wgmma_hazards). A tile asked for here has no fallback tiles: its own binary or waiting kernel.
 A tile ending in "w" asks for the waiting kernel itself (``wait_mma``), hazard or not; "p" runs the persistent
-TMA kernel (``persistent``); "s2" splits K in two (``split_k``); "r128" caps ptxas at 128 registers per thread
-(``maxnreg``).
+TMA kernel (``persistent``); "s2" splits K in two (``split_k``; a tile without it runs unsplit, whatever the
+heuristic splits); "r128" caps ptxas at 128 registers per thread (``maxnreg``).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ MX_CASES = [("gpt-oss w1", 1), ("gpt-oss w1", 256), ("gpt-oss w2", 256), ("gpt-o
 def sweep(weight_format, cases=None, tiles=None):
     """(case, size, tiles) to time for a weight format (``cases``, ``tiles``: replace the built-in lists)."""
     def builtin(tile_list):
-        return [dict(zip(TILE_KEYS, tile)) for tile in tile_list]
+        return [dict(zip(TILE_KEYS, tile), split_k=1) for tile in tile_list]
     if weight_format == "bf16":
         return [(name, size, tiles or builtin(TILES)) for name, size in cases or CASES]
     return [(name, size, tiles or builtin(MX_DECODE_TILES if size <= 256 else MX_LARGE_TILES))
@@ -63,18 +63,17 @@ def sweep(weight_format, cases=None, tiles=None):
 
 def parse_tile(text):
     """"16x128x128x8x3" -> its opt_flags_constraints; a trailing "w" adds wait_mma=True, "p" persistent=True,
-    "s2" split_k=2, "r128" maxnreg=128 (in that order)."""
+    "s2" split_k=2 (else split_k=1: split_k is no tile key, so the heuristic's split would stay), "r128"
+    maxnreg=128 (in that order)."""
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)x(\d+)(w?)(p?)(?:s(\d+))?(?:r(\d+))?", text)
     if match is None:
         raise SystemExit(f"--tiles: cannot read {text!r}; write BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG]")
     *tile, waits, persistent, split_k, maxnreg = match.groups()
-    constraints = dict(zip(TILE_KEYS, map(int, tile)))
+    constraints = dict(zip(TILE_KEYS, map(int, tile)), split_k=int(split_k or 1))
     if waits:
         constraints["wait_mma"] = True
     if persistent:
         constraints["persistent"] = True
-    if split_k:
-        constraints["split_k"] = int(split_k)
     if maxnreg:
         constraints["maxnreg"] = int(maxnreg)
     return constraints
@@ -83,7 +82,7 @@ def parse_tile(text):
 def tile_name(tile):
     return ("x".join(str(tile[key]) for key in TILE_KEYS) + ("w" if tile.get("wait_mma") else "")
             + ("p" if tile.get("persistent") else "")
-            + (f"s{tile['split_k']}" if "split_k" in tile else "")
+            + (f"s{tile['split_k']}" if tile.get("split_k", 1) != 1 else "")
             + (f"r{tile['maxnreg']}" if "maxnreg" in tile else ""))
 
 
