@@ -55,16 +55,22 @@ def test_a_repeated_signature_replays_its_plan_on_new_tensors(device, checked_ca
     assert len(plans._plans) == 1
 
 
-def test_top_k_scatter_replays_its_buffer_and_both_kernels(device, checked_calls):
+def _top_k_scatter_steps(device) -> list:
+    """Three w2 calls of one signature (6 tokens, top-2) on fresh inputs, checked; the steps of their one plan."""
     for step in range(3):
         rd, _, si, _, w, bias = _moe(device, tokens=6, k_act=2)
         x_sorted = torch.randn(12, 32, device=device).half()
         gammas = torch.rand(12, device=device) + 0.5
         got, want = _w2(rd, si, x_sorted, w, bias, gammas)
         _close(got, want)
-    assert len(checked_calls) == 1
     (plan,) = plans._plans.values()
-    assert [type(step).__name__ for step in plan.steps] == ["_Buffer", "_Buffer", "_Launch", "_Launch"]
+    return plan.steps
+
+
+def test_top_k_scatter_replays_its_buffer_and_both_kernels(device, checked_calls):
+    steps = _top_k_scatter_steps(device)
+    assert len(checked_calls) == 1
+    assert [type(step).__name__ for step in steps] == ["_Buffer", "_Buffer", "_Launch", "_Launch"]
 
 
 def test_a_single_gate_scatter_replays_the_zeroing(device, checked_calls):
@@ -102,17 +108,11 @@ def test_split_k_partials_replay(device, checked_calls):
 
 def test_top_k_scatter_split_k_replays_its_partials_and_their_combine(device, checked_calls):
     with ogsgen.opt_flags_constraints(split_k=2):
-        for step in range(3):
-            rd, _, si, _, w, bias = _moe(device, tokens=6, k_act=2)
-            x_sorted = torch.randn(12, 32, device=device).half()
-            gammas = torch.rand(12, device=device) + 0.5
-            got, want = _w2(rd, si, x_sorted, w, bias, gammas)
-            _close(got, want)
+        steps = _top_k_scatter_steps(device)
     assert len(checked_calls) == 1
-    (plan,) = plans._plans.values()
     # y and the fp32 partials (split, rows, N), the split matmul, the combine of splits and gates
-    assert [type(step).__name__ for step in plan.steps] == ["_Buffer", "_Buffer", "_Launch", "_Launch"]
-    assert plan.steps[1].shape == (2, 12, 32) and plan.steps[1].dtype == torch.float32
+    assert [type(step).__name__ for step in steps] == ["_Buffer", "_Buffer", "_Launch", "_Launch"]
+    assert steps[1].shape == (2, 12, 32) and steps[1].dtype == torch.float32
 
 
 @pytest.mark.parametrize("batched", [False, True])
