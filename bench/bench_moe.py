@@ -105,11 +105,14 @@ def seed_case(*key) -> None:
     torch.manual_seed(zlib.crc32(repr(key).encode()))
 
 
-def moe_cases(name, tokens, weight_format, tk):
+def moe_cases(name, tokens, weight_format, tk, logits=None):
+    """(implementation, call, flops, bytes moved) of one MoE case, then its references; ``logits``: the router's
+    (tokens, experts) logits, drawn from the case's seed unless given (a probe's chosen routing)."""
     n_expts, top_k, k, n, mode = MOE_SHAPES[name]
     device = "cuda"
     seed_case(name, tokens)
-    logits = torch.randn(tokens, n_expts, device=device)
+    drawn = torch.randn(tokens, n_expts, device=device)  # drawn either way: x and w stay the case's own
+    logits = drawn if logits is None else logits
     rd, gi, si = ogsgen.routing(logits, top_k)
     rows = tokens * top_k
     x = torch.randn((tokens if mode == "gather" else rows), k, device=device).bfloat16()
