@@ -123,13 +123,11 @@ def run_case(variant: KernelVariant, m: int, n: int, k: int, device, batch: int 
 
 def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts: int, n_expts_act: int, device,
                  drop: float = 0.0, split_k: int | None = None, maxtol=2e-2, rmstol=4e-3,
-                 scales_n_contiguous=False, expert_ids=None):
+                 scales_n_contiguous=False):
     """A ragged matmul of ``variant`` on fresh random routing and inputs, checked against the reference.
 
     ``drop``: the fraction of gates routed to no local expert (-1), as with expert parallelism.
     ``scales_n_contiguous``: MX scales stored N-contiguous (else K-contiguous).
-    ``expert_ids``: (n_tokens, n_expts_act) experts of each token's gates, for rows per expert chosen by the test
-    (random gate weights); else a random routing.
     """
     from ogsgen import opt_flags_constraints
     from ogsgen.moe import routing_from_topk
@@ -137,8 +135,6 @@ def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts:
     out_dtype = variant.y.torch_dtype
     logits = torch.randn(n_tokens, n_expts, device=device)
     weights, ids = torch.topk(torch.softmax(logits, -1), n_expts_act, dim=-1)
-    if expert_ids is not None:
-        ids = expert_ids.to(device)
     if drop:
         ids = torch.where(torch.rand(ids.shape, device=device) < drop, -1, ids)
     routing_data, gather_indx, scatter_indx = routing_from_topk(ids, weights, n_expts)

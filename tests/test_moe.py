@@ -92,38 +92,6 @@ def test_metadata_example(device):
     assert torch.equal(meta.block_schedule_data, ref.block_schedule_data)
 
 
-def test_metadata_split_tails_example(device):
-    # The module docstring's example: 200 rows (a long last tile), 300 (a short tail of 44 rows), 64 (all tail).
-    hist = torch.tensor([200, 300, 64], dtype=torch.int32, device=device)
-    meta = make_ragged_tensor_metadata(hist, 564)
-    (long_offs, long_tiles), (short_offs, short_tails) = meta.split_tails()
-    assert long_offs.tolist() == [0, 2, 4, 4] and short_offs.tolist() == [0, 0, 1, 2]
-    assert long_tiles.tolist()[:5] == [0, 1 << 16, 1, (1 << 16) | 1, -1]
-    assert short_tails.tolist()[:3] == [(4 << 16) | 1, 2, -1]
-
-
-@pytest.mark.parametrize("n_expts", [3, 128, 300])
-def test_metadata_split_tails_cover_each_experts_rows_once(n_expts, device):
-    hist = torch.randint(0, 700, (n_expts,), dtype=torch.int32, device=device)
-    hist[:3] = torch.tensor([0, 128, 129])  # empty, whole tiles only, a one-row tail
-    n_rows = int(hist.sum())
-    meta = make_ragged_tensor_metadata(hist, n_rows)
-    ref = make_ragged_tensor_metadata_torch(hist, n_rows)
-    assert torch.equal(meta.block_offs_data, ref.block_offs_data)
-    assert torch.equal(meta.block_schedule_data, ref.block_schedule_data)
-    covered = torch.zeros(n_rows, dtype=torch.int32)
-    for (offs, schedule), rows in zip(meta.split_tails(), (128, 64)):
-        entries = schedule[:int(offs[-1])].cpu()
-        assert (schedule[int(offs[-1]):] == -1).all()
-        for entry in entries.tolist():
-            expert, block = entry & 0xFFFF, entry >> 16
-            first, end = int(meta.slice_offs[expert]), int(meta.slice_offs[expert + 1])
-            tile = range(first + block * rows, min(first + (block + 1) * rows, end))
-            assert len(tile) > (64 if rows == 128 else 0), (entry, len(tile))  # no 128-row tile is half padding
-            covered[tile.start:tile.stop] += 1
-    assert (covered == 1).all()
-
-
 @pytest.mark.parametrize("n_tokens,k_act,width,transposed", [(37, 4, 300, False), (5, 1, 16, False),
                                                                  (20, 3, 520, True)])
 def test_gather_rows_copies_each_gates_token_row(n_tokens, k_act, width, transposed, device):

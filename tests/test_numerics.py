@@ -95,26 +95,6 @@ def test_persistent_kernel(name, device):
             run_case(variant, 20, 48, 24, device, batch=3, allow_tf32=False)
 
 
-def _ids_of_rows_per_expert(rows_per_expert: list[int], n_expts_act: int) -> torch.Tensor:
-    """Gate experts (tokens, n_expts_act) giving each expert these rows: the expert-sorted list of rows, whose
-    gate j of token t is row t + j * tokens (distinct experts for each token while no expert has more rows than
-    there are tokens)."""
-    ids = torch.repeat_interleave(torch.arange(len(rows_per_expert)), torch.tensor(rows_per_expert))
-    return ids.reshape(n_expts_act, -1).T.contiguous()
-
-
-@pytest.mark.parametrize("name", ["ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu",
-                                  "ogs_matmul_xbf16_wbf16_ybf16_ragged_scatter_bias_gammas",
-                                  "ogs_matmul_xfp16_wfp16_yfp32_ragged_gather", "ogs_matmul_xfp16_wfp16_yfp16_ragged"])
-def test_persistent_kernel_with_split_tails(name, device):
-    # 128-row tiles, with each expert's short tail (1-64 rows) in a launch of 64-row tiles of its own: experts
-    # ending in a long tile (200 rows: 72 after 128), in short tails (150, 186, and 64 rows: one short tail
-    # alone), and an expert with no rows.
-    ids = _ids_of_rows_per_expert([200, 150, 64, 0, 186], 2)
-    with ogsgen.opt_flags_constraints(persistent=True, split_tails=True, block_m=128, block_n=32, block_k=16):
-        run_moe_case(DEFAULT[name], 300, 64, 40, 5, 2, device, expert_ids=ids)
-
-
 def test_heuristic_falls_back_to_the_tiled_kernel_where_tma_cannot_read_x_or_write_y(device, monkeypatch):
     # A shape the heuristic runs persistently (on the interpreter, or on a GPU with TMA); x or y transposed has
     # no TMA descriptor (its last stride is not 1), so the same call takes the tiled kernel, with the same result.

@@ -14,8 +14,7 @@ ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTES.md records 
 tile's waiting kernel; a tile: a fallback tile of the heuristic's, "-wait" if it waits; see
 ogsgen.runtime.wgmma_hazards). A tile asked for here has no fallback tiles: its own binary or waiting kernel.
 A tile ending in "w" asks for the waiting kernel itself (``wait_mma``), hazard or not; "p" runs the persistent
-TMA kernel (``persistent``), "t" with each expert's short tail in 64-row tiles of a launch of its own
-(``split_tails``); "s2" splits K in two (``split_k``; a tile without it runs unsplit, whatever the
+TMA kernel (``persistent``); "s2" splits K in two (``split_k``; a tile without it runs unsplit, whatever the
 heuristic splits); "r128" caps ptxas at 128 registers per thread (``maxnreg``).
 """
 from __future__ import annotations
@@ -64,13 +63,13 @@ def sweep(weight_format, cases=None, tiles=None):
 
 def parse_tile(text):
     """"16x128x128x8x3" -> its opt_flags_constraints; a trailing "w" adds wait_mma=True, "p" persistent=True,
-    "t" split_tails=True (else False), "s2" split_k=2 (else split_k=1: neither is a tile key, so the heuristic's
-    would stay), "r128" maxnreg=128 (in that order)."""
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)x(\d+)(w?)(p?)(t?)(?:s(\d+))?(?:r(\d+))?", text)
+    "s2" split_k=2 (else split_k=1: split_k is no tile key, so the heuristic's split would stay), "r128"
+    maxnreg=128 (in that order)."""
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)x(\d+)(w?)(p?)(?:s(\d+))?(?:r(\d+))?", text)
     if match is None:
-        raise SystemExit(f"--tiles: cannot read {text!r}; write BMxBNxBKxWARPSxSTAGES[w][p][t][sSPLIT][rMAXNREG]")
-    *tile, waits, persistent, split_tails, split_k, maxnreg = match.groups()
-    constraints = dict(zip(TILE_KEYS, map(int, tile)), split_k=int(split_k or 1), split_tails=bool(split_tails))
+        raise SystemExit(f"--tiles: cannot read {text!r}; write BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG]")
+    *tile, waits, persistent, split_k, maxnreg = match.groups()
+    constraints = dict(zip(TILE_KEYS, map(int, tile)), split_k=int(split_k or 1))
     if waits:
         constraints["wait_mma"] = True
     if persistent:
@@ -82,7 +81,7 @@ def parse_tile(text):
 
 def tile_name(tile):
     return ("x".join(str(tile[key]) for key in TILE_KEYS) + ("w" if tile.get("wait_mma") else "")
-            + ("p" if tile.get("persistent") else "") + ("t" if tile.get("split_tails") else "")
+            + ("p" if tile.get("persistent") else "")
             + (f"s{tile['split_k']}" if tile.get("split_k", 1) != 1 else "")
             + (f"r{tile['maxnreg']}" if "maxnreg" in tile else ""))
 
@@ -110,7 +109,7 @@ def main():
     parser.add_argument("--cases", nargs="+",
                         help='cases as "shape:tokens" or "dense:MxNxK" (default: the built-in list)')
     parser.add_argument("--tiles", nargs="+",
-                        help="tiles as BMxBNxBKxWARPSxSTAGES[w][p][t][sSPLIT][rMAXNREG] (default: the built-in list)")
+                        help="tiles as BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG] (default: the built-in list)")
     parser.add_argument("--in-turn", action="store_true",
                         help="time a case's tiles in turn, rounds of CUDA-graph replays as the bench does "
                              "(bench_moe.graph_medians), instead of one after another")

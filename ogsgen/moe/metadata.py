@@ -10,14 +10,6 @@ For a histogram ``hist`` (rows per expert) and each block size ``bs`` in ``BLOCK
 
 Example: hist [15, 17, 0, 127], bs 16: slice_offs [0, 15, 32, 32, 159], block_offs [0, 1, 3, 3, 11],
 schedule (e0,b0) (e1,b0) (e1,b1) (e3,b0) ... (e3,b7), then -1.
-
-Two more schedules split the 128-row tiles for kernels that compute an expert's short tail (its last rows, when
-``hist % 128`` is 1 to 64) in a 64-row tile of its own instead of a 128-row tile that is half padding or more:
-
-* ``long_tiles``: the 128-row tiles of more than 64 rows, ``cdiv(hist - 64, 128)`` per expert (blocks of 128);
-* ``short_tails``: one 64-row tile per short tail, whose block (of 64 rows) is ``2 * (hist // 128)``.
-
-Example: hist [200, 300, 64], long_tiles (e0,b0) (e0,b1) (e1,b0) (e1,b1); short_tails (e1,b4) (e2,b0).
 """
 from __future__ import annotations
 
@@ -31,10 +23,6 @@ import triton.language as tl
 from ..errors import SpecError
 
 BLOCK_SIZES = (16, 32, 64, 128)
-# Rows of the per-schedule tensors: one per block size, then the split of the largest.
-LONG_TILES_ROW, SHORT_TAILS_ROW = len(BLOCK_SIZES), len(BLOCK_SIZES) + 1
-N_SCHEDULES = len(BLOCK_SIZES) + 2
-TAIL_SPLIT_BLOCK = BLOCK_SIZES[-1]  # long_tiles' block size; short_tails' is half of it
 MAX_EXPERTS = 1 << 16  # the packed entry keeps the expert in 16 bits
 MAX_BLOCKS = 1 << 15   # and the block index in the 15 bits above them
 
@@ -51,8 +39,8 @@ def max_n_tiles(n_expts_tot: int, n_rows: int) -> int:
 class RaggedTensorMetadata:
     slice_sizes: torch.Tensor          # (E,) int32, the histogram
     slice_offs: torch.Tensor           # (E + 1,) int32
-    block_offs_data: torch.Tensor      # (N_SCHEDULES, E + 1) int32: per block size, then long_tiles, short_tails
-    block_schedule_data: torch.Tensor  # (N_SCHEDULES, max_n_tiles) int32
+    block_offs_data: torch.Tensor      # (len(BLOCK_SIZES), E + 1) int32
+    block_schedule_data: torch.Tensor  # (len(BLOCK_SIZES), max_n_tiles) int32
 
     @staticmethod
     def _row(block_size: int) -> int:
@@ -65,12 +53,6 @@ class RaggedTensorMetadata:
 
     def block_schedule(self, block_size: int) -> torch.Tensor:
         return self.schedule_rows()[self._row(block_size)]
-
-    def split_tails(self) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        """((block_offs, block_schedule) of long_tiles, the same of short_tails): see the module docstring."""
-        offs, schedules = self.offs_rows(), self.schedule_rows()
-        return ((offs[LONG_TILES_ROW], schedules[LONG_TILES_ROW]),
-                (offs[SHORT_TAILS_ROW], schedules[SHORT_TAILS_ROW]))
 
     def offs_rows(self) -> tuple[torch.Tensor, ...]:
         """``block_offs`` of every block size (see ``_rows_of``)."""
@@ -104,23 +86,13 @@ def _expert_histogram(ExptIndx, Hist, n_gates, n_expts_tot, BLOCK: tl.constexpr)
 
 @triton.jit(do_not_specialize=["n_expts_tot", "n_tiles"])
 def _ragged_metadata(Hist, SliceOffs, BlockOffs, BlockSchedule, n_expts_tot, n_tiles,
-                     BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, SMALLEST_BLOCK: tl.constexpr,
-                     LONG_TILES: tl.constexpr, TAIL_BLOCK: tl.constexpr):
-    # Program (i, j): schedule i (block size SMALLEST_BLOCK << i, then long_tiles and short_tails), entries
-    # [j * BLOCK_T, (j + 1) * BLOCK_T).
+                     BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, SMALLEST_BLOCK: tl.constexpr):
+    # Program (i, j): block size SMALLEST_BLOCK << i, schedule entries [j * BLOCK_T, (j + 1) * BLOCK_T).
     size_row = tl.program_id(0)
+    block_size = SMALLEST_BLOCK << size_row
     experts = tl.arange(0, BLOCK_E)
     hist = tl.load(Hist + experts, mask=experts < n_expts_tot, other=0)
-    first_block = tl.zeros_like(hist)
-    if size_row < LONG_TILES:
-        block_size = SMALLEST_BLOCK << size_row
-        n_blocks = (hist + block_size - 1) // block_size
-    elif size_row == LONG_TILES:
-        n_blocks = (hist + TAIL_BLOCK // 2 - 1) // TAIL_BLOCK
-    else:
-        tail = hist % TAIL_BLOCK
-        n_blocks = ((tail > 0) & (tail <= TAIL_BLOCK // 2)).to(tl.int32)
-        first_block = (hist // TAIL_BLOCK) * 2
+    n_blocks = (hist + block_size - 1) // block_size
     blocks_end = tl.cumsum(n_blocks, 0)
     blocks_start = blocks_end - n_blocks
     if tl.program_id(1) == 0:
@@ -134,10 +106,8 @@ def _ragged_metadata(Hist, SliceOffs, BlockOffs, BlockSchedule, n_expts_tot, n_t
     # The expert of tile t is the number of experts whose tiles all end at or before t.
     ends_before = blocks_end[None, :] <= tiles[:, None]
     expert = tl.sum(ends_before.to(tl.int32), axis=1)
-    of_expert = experts[None, :] == expert[:, None]
-    start = tl.sum(tl.where(of_expert, blocks_start[None, :], 0), axis=1)
-    block = tl.sum(tl.where(of_expert, first_block[None, :], 0), axis=1) + tiles - start
-    entry = tl.where(expert < n_expts_tot, (block << 16) | expert, -1)
+    start = tl.sum(tl.where(experts[None, :] == expert[:, None], blocks_start[None, :], 0), axis=1)
+    entry = tl.where(expert < n_expts_tot, ((tiles - start) << 16) | expert, -1)
     tl.store(BlockSchedule + size_row * n_tiles + tiles, entry, mask=tiles < n_tiles)
 
 
@@ -170,14 +140,13 @@ def make_ragged_tensor_metadata(hist: torch.Tensor, n_rows: int) -> RaggedTensor
                          f"block schedule holds 15 bits of block index")
     device = hist.device
     slice_offs = torch.empty(n_expts_tot + 1, dtype=torch.int32, device=device)
-    block_offs = torch.empty(N_SCHEDULES, n_expts_tot + 1, dtype=torch.int32, device=device)
-    schedule = torch.empty(N_SCHEDULES, n_tiles, dtype=torch.int32, device=device)
+    block_offs = torch.empty(len(BLOCK_SIZES), n_expts_tot + 1, dtype=torch.int32, device=device)
+    schedule = torch.empty(len(BLOCK_SIZES), n_tiles, dtype=torch.int32, device=device)
     block_e = max(16, triton.next_power_of_2(n_expts_tot))
     block_t = max(16, min(128, 16384 // block_e))
-    grid = (N_SCHEDULES, max(1, triton.cdiv(n_tiles, block_t)))
+    grid = (len(BLOCK_SIZES), max(1, triton.cdiv(n_tiles, block_t)))
     _ragged_metadata[grid](hist, slice_offs, block_offs, schedule, n_expts_tot, n_tiles, BLOCK_E=block_e,
-                           BLOCK_T=block_t, SMALLEST_BLOCK=BLOCK_SIZES[0], LONG_TILES=LONG_TILES_ROW,
-                           TAIL_BLOCK=TAIL_SPLIT_BLOCK)
+                           BLOCK_T=block_t, SMALLEST_BLOCK=BLOCK_SIZES[0])
     return RaggedTensorMetadata(hist, slice_offs, block_offs, schedule)
 
 
@@ -188,16 +157,11 @@ def make_ragged_tensor_metadata_torch(hist: torch.Tensor, n_rows: int) -> Ragged
     zero = torch.zeros(1, dtype=torch.int32, device=hist.device)
     slice_offs = torch.cat([zero, torch.cumsum(hist, 0).int()])
     offs_rows, schedule_rows = [], []
-    tail = hist % TAIL_SPLIT_BLOCK
-    short_tail = ((tail > 0) & (tail <= TAIL_SPLIT_BLOCK // 2)).int()
-    counts = [((hist + size - 1) // size, torch.zeros_like(hist)) for size in BLOCK_SIZES]
-    counts += [((hist + TAIL_SPLIT_BLOCK // 2 - 1) // TAIL_SPLIT_BLOCK, torch.zeros_like(hist)),
-               (short_tail, (hist // TAIL_SPLIT_BLOCK) * 2)]
-    for n_blocks, first_block in counts:  # per schedule: tiles per expert, the block of each expert's first
+    for block_size in BLOCK_SIZES:
+        n_blocks = (hist + block_size - 1) // block_size
         offs_rows.append(torch.cat([zero, torch.cumsum(n_blocks, 0).int()]))
         experts = torch.repeat_interleave(torch.arange(n_expts_tot, device=hist.device), n_blocks.long())
-        blocks = torch.cat([torch.arange(int(f), int(f) + int(n), device=hist.device)
-                            for n, f in zip(n_blocks.tolist(), first_block.tolist())] or [zero[:0]])
+        blocks = torch.cat([torch.arange(int(n), device=hist.device) for n in n_blocks.tolist()] or [zero[:0]])
         schedule = torch.full((n_tiles,), -1, dtype=torch.int32, device=hist.device)
         schedule[:experts.numel()] = ((blocks << 16) | experts).int()
         schedule_rows.append(schedule)

@@ -14,7 +14,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ..codegen.render import ARG_PREFIX
 from ..errors import SpecError, UnsupportedError
 from ..moe.gather import gather_rows_launch
-from ..moe.metadata import N_SCHEDULES, make_ragged_tensor_metadata
+from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..numerics.scale_bounds import scales_at_most_2
@@ -294,7 +294,7 @@ def _check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) -
         _check_vector(scatter_indx.src_indx, "scatter_indx.src_indx", n_rows, torch.int32)
         _check_vector(scatter_indx.dst_indx, "scatter_indx.dst_indx", n_rows, torch.int32)
     meta = routing_data.expt_data
-    if meta is not None and (meta.slice_sizes.shape != (n_expts,) or meta.block_schedule_data.shape[0] != N_SCHEDULES
+    if meta is not None and (meta.slice_sizes.shape != (n_expts,)
                              or meta.block_schedule_data.shape[1] < row_tiles(n_rows, 16, n_expts)):
         raise SpecError("routing_data.expt_data does not describe routing_data.expt_hist for these rows; build it "
                         "with ogsgen.moe.make_ragged_tensor_metadata(expt_hist, n_rows)")
@@ -364,9 +364,6 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
     are checked for ptxas's wgmma register hazard before their first launch; one that has it is replaced for
     good (that binary: the same flags may compile clean binaries for other calls) by :func:`_launch_hazard_free`.
     """
-    if flags.split_tails:
-        _launch_split_tails(variant, call, flags, out, **operands)
-        return
     kernel, grid, args, options = _matmul_launch(variant, call, flags, out, **operands)
     if not (variant.w.scaling == "block_e8m0" and _has_wgmma(call.x)):
         plans.launch(kernel, grid, args, compiling=_compiling(flags), **options)
@@ -384,19 +381,6 @@ def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
                 f"{hazard}: the waiting kernel has it too, so no binary of {canonical_name(variant)} with launch "
                 f"parameters {flags} is safe; try other opt_flags_constraints or another Triton release") from hazard
         _launch_hazard_free(variant, call, flags, binary, out, hazard, **operands)
-
-
-def _launch_split_tails(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, **operands):
-    """The persistent kernel of ``flags`` (128-row tiles) twice: first the experts' short tails (their last 1-64
-    rows) in 64-row tiles, then the 128-row tiles of more than 64 rows (ogsgen.moe.metadata: short_tails,
-    long_tiles), so that no 128-row tile is half padding or more. A gathered x is copied into row order once."""
-    x_rows = _rows_in_sorted_order(call) if variant.gather else None
-    long_tiles, short_tails = call.routing.expt_data.split_tails()
-    for tile_flags, schedule in ((replace(flags, block_m=flags.block_m // 2, split_tails=False), short_tails),
-                                 (replace(flags, split_tails=False), long_tiles)):
-        kernel, grid, args, options = _matmul_launch(variant, call, tile_flags, out, schedule=schedule, x_rows=x_rows,
-                                                     **operands)
-        plans.launch(kernel, grid, args, **options)
 
 
 def _compiling(flags):
@@ -447,12 +431,11 @@ def forget_hazard_replacements() -> None:
 
 
 def _matmul_launch(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, *, bias, betas, gammas,
-                   y_acc_in, out_alpha, split_k: int = 1, schedule=None, x_rows=None):
-    """(kernel, grid, arguments, options) of the matmul kernel for these flags (``schedule``, ``x_rows``: see
-    ``_persistent_operand_args``)."""
+                   y_acc_in, out_alpha, split_k: int = 1):
+    """(kernel, grid, arguments, options) of the matmul kernel for these flags."""
     ragged = variant.ragged
     if flags.persistent:
-        args, grid = _persistent_operand_args(variant, call, flags, out, schedule, x_rows)
+        args, grid = _persistent_operand_args(variant, call, flags, out)
     else:
         args, grid = _tiled_operand_args(variant, call, flags, out, split_k)
     args.update(out_alpha=1.0 if out_alpha is None else float(out_alpha), N=call.n, K=call.k,
@@ -547,13 +530,11 @@ def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch
     return args, (grid_m * _cdiv(call.n, flags.block_n), call.batch, split_k)
 
 
-def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, schedule=None,
-                             x_rows=None):
+def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor):
     """Operand arguments and grid of the persistent kernel: TMA descriptors of x (ragged rows, or batch, rows,
     K), w (experts or batch, K, N) and, where that kernel stores by TMA, of Y (as x) in half tiles; at most one
-    program per SM. Ragged rows: ``schedule`` (block offsets, block schedule) names the row tiles to compute, by
-    default all of ``flags.block_m``; a gathered x's rows come copied into row order (``x_rows``: copied already)."""
-    x = x_rows if x_rows is not None else _rows_in_sorted_order(call) if variant.gather else call.x
+    program per SM."""
+    x = _rows_in_sorted_order(call) if variant.gather else call.x
     w = call.w
     w3 = w if w.ndim == 3 else w.unsqueeze(0)
     args = dict(WDesc=TensorDescriptor.from_tensor(w3, [1, flags.block_k, flags.block_n]))
@@ -564,9 +545,8 @@ def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: 
             args["YDesc"] = ragged_rows_descriptor(out, *y_block)
         meta = call.routing.expt_data
         n_expts = call.routing.n_expts_tot
-        block_offs, block_schedule = schedule or (meta.block_offs(flags.block_m), meta.block_schedule(flags.block_m))
-        args.update(SliceSizes=meta.slice_sizes, SliceOffs=meta.slice_offs, BlockOffs=block_offs,
-                    BlockSchedule=block_schedule, n_expts_tot=n_expts)
+        args.update(SliceSizes=meta.slice_sizes, SliceOffs=meta.slice_offs, BlockOffs=meta.block_offs(flags.block_m),
+                    BlockSchedule=meta.block_schedule(flags.block_m), n_expts_tot=n_expts)
         tiles = row_tiles(call.m, flags.block_m, n_expts)
     else:
         x3 = x if x.ndim == 3 else x.unsqueeze(0)

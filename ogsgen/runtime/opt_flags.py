@@ -13,7 +13,7 @@ from functools import lru_cache
 import triton
 
 from ..errors import InapplicableConstraint
-from ..moe.metadata import BLOCK_SIZES, TAIL_SPLIT_BLOCK
+from ..moe.metadata import BLOCK_SIZES
 
 
 @dataclass(frozen=True)
@@ -26,9 +26,6 @@ class OptFlags:
     num_stages: int
     split_k: int = 1
     persistent: bool = False  # the variant's persistent TMA kernel (one program per SM) instead of one per tile
-    # Ragged rows in persistent 128-row tiles: each expert's short tail (its last 1-64 rows) is computed by a launch
-    # of its own in 64-row tiles instead of a 128-row tile that is half padding or more (ogsgen.moe.metadata)
-    split_tails: bool = False
     wait_mma: bool = False    # MX weights: each K step's wgmma completes before the next (see wgmma_hazards)
     # ptxas's register cap per thread (Triton's maxnreg), None for its own choice: fewer registers, more
     # resident warps per SM (65536 registers each)
@@ -54,7 +51,7 @@ CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
 # binary (its waiting kernel only where that binary has the wgmma hazard), unless the constraints name them.
 _MEASURED_FOR_ITS_TILE = {"maxnreg": None, "wait_mma": False}
 _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
-_BOOLEAN_KEYS = ("persistent", "wait_mma", "split_tails")
+_BOOLEAN_KEYS = ("persistent", "wait_mma")
 TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")  # a tile, as constraints name it
 _FALLBACK_TILE_KEYS = ("block_n", "block_k", "num_warps", "num_stages", "wait_mma")
 _constraints: contextvars.ContextVar[tuple] = contextvars.ContextVar("ogsgen_opt_flags_constraints", default=())
@@ -344,12 +341,6 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if constrained.get("split_k", 1) > 1:  # and only the tiled kernel does: drop the heuristic's persistent kernel
         constrained = {"persistent": False, **constrained}
     flags = replace(flags, **constrained)
-    if flags.split_tails and not (flags.persistent and flags.block_m == TAIL_SPLIT_BLOCK and n_expts is not None):
-        if constrained.get("split_tails"):
-            raise InapplicableConstraint(f"split_tails=True applies to ragged rows (MoE) in the persistent kernel's "
-                                         f"{TAIL_SPLIT_BLOCK}-row tiles; add persistent=True, "
-                                         f"block_m={TAIL_SPLIT_BLOCK} or drop it")
-        flags = replace(flags, split_tails=False)  # the heuristic's, for a tile the constraints replaced
     operands = (itemsize, reduction_n, w_mx_layout, y_mx)
     if (problem := _tile_problem(flags, *operands)) is not None:
         raise InapplicableConstraint(problem)
@@ -359,9 +350,9 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if bitwise_invariant and flags.fallback_tiles:
         raise InapplicableConstraint("precision_config.enforce_bitwise_invariance keeps one tile's arithmetic for "
                                      "every shape, and a fallback tile would change it; drop fallback_tiles")
-    if bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1 or flags.split_tails):
-        raise InapplicableConstraint("precision_config.enforce_bitwise_invariance fixes block_m=128, split_k=1 and "
-                                     "split_tails=False; drop the conflicting opt_flags_constraints")
+    if bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1):
+        raise InapplicableConstraint("precision_config.enforce_bitwise_invariance fixes block_m=128 and split_k=1; "
+                                     "drop the conflicting opt_flags_constraints")
     if flags.persistent and persistent_blocker is not None:
         raise InapplicableConstraint(f"persistent=True: {persistent_blocker}")
     if flags.wait_mma and w_mx_layout is None:
