@@ -105,13 +105,18 @@ def seed_case(*key) -> None:
     torch.manual_seed(zlib.crc32(repr(key).encode()))
 
 
+def case_logits(name, tokens) -> torch.Tensor:
+    """The router's logits of a MoE case, the first draw from its seed (so its routing in every run and probe)."""
+    seed_case(name, tokens)
+    return torch.randn(tokens, MOE_SHAPES[name][0], device="cuda")
+
+
 def moe_cases(name, tokens, weight_format, tk, logits=None):
     """(implementation, call, flops, bytes moved) of one MoE case, then its references; ``logits``: the router's
-    (tokens, experts) logits, drawn from the case's seed unless given (a probe's chosen routing)."""
+    (tokens, experts) logits, the case's own (``case_logits``) unless given (a probe's chosen routing)."""
     n_expts, top_k, k, n, mode = MOE_SHAPES[name]
     device = "cuda"
-    seed_case(name, tokens)
-    drawn = torch.randn(tokens, n_expts, device=device)  # drawn either way: x and w stay the case's own
+    drawn = case_logits(name, tokens)  # drawn either way: x and w stay the case's own
     logits = drawn if logits is None else logits
     rd, gi, si = ogsgen.routing(logits, top_k)
     rows = tokens * top_k

@@ -46,8 +46,7 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     rows_out = []
     for name, (n_expts, top_k, k, n, _) in bench_moe.MOE_SHAPES.items():
-        bench_moe.seed_case(name, args.tokens)
-        routings = {"bench": torch.randn(args.tokens, n_expts, device="cuda"),
+        routings = {"bench": bench_moe.case_logits(name, args.tokens),
                     "balanced": balanced_logits(args.tokens, n_expts, top_k)}
         for weight_format in args.formats:
             calls = {label: next(fn for impl, fn, _, _ in bench_moe.moe_cases(name, args.tokens, weight_format, None,
