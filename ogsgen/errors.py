@@ -22,7 +22,12 @@ class VariantNotBuiltError(OgsgenError, LookupError):
 
 
 class StaleKernelError(OgsgenError, RuntimeError):
-    """A generated kernel file no longer matches today's templates or function sources."""
+    """A generated kernel file differs from what its folder's manifest records, or no longer matches today's
+    templates or function sources."""
+
+
+class BuildFolderError(OgsgenError):
+    """A build folder (``--out``) or its manifest.json cannot be used: not a folder, not writable, damaged."""
 
 
 class InapplicableConstraint(OgsgenError, ValueError):

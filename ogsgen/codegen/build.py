@@ -2,25 +2,33 @@
 
 Output is byte-identical across runs and machines (sorted keys, no timestamps, no absolute
 paths); a file is written only when its content changes, and always through a temporary file
-and an atomic rename, so a reader never sees half a file.
+and an atomic rename, so a reader never sees half a file. Builds into one folder take turns (a file
+lock), and a manifest is validated whenever it is read: its entries name files inside the folder.
 """
 from __future__ import annotations
 
 import fnmatch
 import json
 import os
-import tempfile
+import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from filelock import FileLock
+
 from .._version import __version__
-from ..errors import SpecError
+from ..errors import BuildFolderError, SpecError
 from ..spec.catalog import Catalog
 from .render import RenderedKernel, render_variant
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
+# Held around a build's read-merge-write of the manifest. It stays in the folder; .gitignore and the wheel's
+# package-data (*.py, manifest.json) leave it out.
+LOCK = ".manifest.json.lock"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def select(catalog: Catalog, only: str | None):
@@ -48,20 +56,24 @@ def render_catalog(catalog: Catalog, only: str | None = None,
 
 
 def write_atomic(path: Path, text: str) -> bool:
-    """Write ``text`` to ``path`` unless it already holds exactly that; True when written."""
+    """Write ``text`` to ``path`` unless it already holds exactly that; True when written. The file gets the mode
+    the umask gives (0644 under umask 022), as any file the user creates."""
+    data = text.encode()
     try:
-        if path.read_text() == text:
+        if path.read_bytes() == data:
             return False
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # Not tempfile.mkstemp, which makes files 0600 whatever the umask; O_EXCL never shares another writer's file.
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return True
 
@@ -72,25 +84,64 @@ def _manifest_text(catalog_name: str, entries: dict) -> str:
     return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
 
 
+def _manifest_problem(manifest) -> str | None:
+    """What makes a parsed manifest unusable, or None."""
+    if not isinstance(manifest, dict):
+        return "it is not a JSON object"
+    if manifest.get("schema") != MANIFEST_SCHEMA:
+        return f"it has schema {manifest.get('schema')!r}, ogsgen {__version__} reads schema {MANIFEST_SCHEMA}"
+    if not isinstance(manifest.get("catalog"), str):
+        return "its 'catalog' is not a string"
+    variants = manifest.get("variants")
+    if not isinstance(variants, dict):
+        return "its 'variants' is not an object"
+    for name, entry in variants.items():
+        if not name.isidentifier():  # a canonical name; the entry's file is named after it
+            return f"entry {name!r} is not a kernel name"
+        if not isinstance(entry, dict):
+            return f"entry {name!r} is not an object"
+        if "path" not in entry:
+            return f"entry {name!r} has no path"
+        if entry["path"] != f"{name}.py":  # builds remove and the loader reads these files: none outside the folder
+            return f"entry {name!r} has path {entry['path']!r}, which must be '{name}.py'"
+        if not (isinstance(entry.get("sha256"), str) and _SHA256.fullmatch(entry["sha256"])):
+            return f"entry {name!r} has no valid sha256"
+        if not isinstance(entry.get("catalog"), str):
+            return f"entry {name!r} has no catalog"
+    return None
+
+
 def read_manifest(out_dir: Path) -> dict:
+    """The folder's manifest.json, validated ({} when the folder has none)."""
     path = Path(out_dir) / MANIFEST
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+        problem = _manifest_problem(manifest)
     except FileNotFoundError:
         return {}
+    except UnicodeDecodeError:
+        problem = "it is not UTF-8"
     except json.JSONDecodeError as exc:
-        raise SpecError(f"{path} is not valid JSON ({exc}); rebuild it with `ogsgen build --out {out_dir}`") from None
-    if manifest.get("schema") != MANIFEST_SCHEMA:
-        raise SpecError(f"{path} has manifest schema {manifest.get('schema')!r}, this ogsgen reads "
-                        f"{MANIFEST_SCHEMA}; rebuild it with `ogsgen build --out {out_dir}`")
+        problem = f"it is not valid JSON ({exc})"
+    if problem:
+        raise BuildFolderError(f"{path} is damaged or was not written by this version of ogsgen: {problem}. "
+                               f"Nothing was changed; remove it and build again (a build without --only records "
+                               f"every variant of its catalog)")
     return manifest
 
 
-def _planned(catalog: Catalog, rendered: list[RenderedKernel], out_dir: Path, partial: bool) -> dict[str, str]:
+def _folder(out_dir) -> Path:
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BuildFolderError(f"--out {out_dir} is a file, not a folder; give a folder (created when missing)")
+    return out_dir
+
+
+def _planned(catalog: Catalog, rendered: list[RenderedKernel], recorded: dict, partial: bool) -> dict[str, str]:
     """File name -> content of everything a build writes, the manifest included."""
     entries = {k.name: k.manifest_entry() for k in rendered}
     if partial:  # --only: keep what an earlier build recorded for the other variants
-        entries = {**read_manifest(out_dir).get("variants", {}), **entries}
+        entries = {**recorded, **entries}
     files = {k.filename: k.source for k in rendered}
     files[MANIFEST] = _manifest_text(catalog.name, entries)
     return files
@@ -107,17 +158,32 @@ def build(catalog: Catalog, out_dir: str | os.PathLike, only: str | None = None,
           progress=None) -> BuildReport:
     """Render and write; a full build also removes the files an earlier build wrote for variants the
     catalog no longer has (files ogsgen did not write are left alone)."""
-    out_dir = Path(out_dir)
+    out_dir = _folder(out_dir)
     rendered = render_catalog(catalog, only, progress)
+    if dry_run:
+        return _write(catalog, rendered, out_dir, only, dry_run)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # One build at a time per folder: a partial build merges its entries into the manifest it read.
+        with FileLock(out_dir / LOCK):
+            return _write(catalog, rendered, out_dir, only, dry_run)
+    except OSError as exc:
+        what = f"{exc.filename} ({exc.strerror})" if exc.filename else str(exc)
+        raise BuildFolderError(f"--out {out_dir}: cannot write {what}; choose a folder you can write, "
+                               f"or fix its permissions") from exc
+
+
+def _write(catalog: Catalog, rendered: list[RenderedKernel], out_dir: Path, only: str | None,
+           dry_run: bool) -> BuildReport:
     report = BuildReport()
-    previous = read_manifest(out_dir).get("variants", {})
-    planned = _planned(catalog, rendered, out_dir, only is not None)
+    recorded = read_manifest(out_dir).get("variants", {})
+    planned = _planned(catalog, rendered, recorded, only is not None)
     for filename, text in planned.items():
         path = out_dir / filename
-        changed = (not path.exists() or path.read_text() != text) if dry_run else write_atomic(path, text)
+        changed = (not path.exists() or path.read_bytes() != text.encode()) if dry_run else write_atomic(path, text)
         (report.written if changed else report.unchanged).append(filename)
     if only is None:
-        for entry in previous.values():
+        for entry in recorded.values():
             path = out_dir / entry["path"]
             if entry["path"] not in planned and path.exists():
                 report.removed.append(entry["path"])
@@ -139,14 +205,15 @@ class CheckReport:
 
 def check(catalog: Catalog, out_dir: str | os.PathLike, only: str | None = None) -> CheckReport:
     """Compare a build folder with what ``build`` would write now, without writing anything."""
-    out_dir = Path(out_dir)
-    planned = _planned(catalog, render_catalog(catalog, only), out_dir, only is not None)
+    out_dir = _folder(out_dir)
+    recorded = read_manifest(out_dir).get("variants", {})
+    planned = _planned(catalog, render_catalog(catalog, only), recorded, only is not None)
     report = CheckReport()
     for filename, text in sorted(planned.items()):
         path = out_dir / filename
         if not path.exists():
             report.missing.append(filename)
-        elif path.read_text() != text:
+        elif path.read_bytes() != text.encode():
             report.stale.append(filename)
     if only is None and out_dir.is_dir():
         report.extra = sorted(p.name for p in out_dir.glob("*.py") if p.name not in planned)
