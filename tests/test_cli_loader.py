@@ -1,4 +1,5 @@
 """The CLI (build / list / show, --check, --only, --dry-run), catalogs, and the runtime loader."""
+import hashlib
 import json
 import os
 import subprocess
@@ -24,6 +25,7 @@ def isolated_loader(monkeypatch, tmp_path):
     monkeypatch.setattr(loader, "_extra_dirs", [])
     monkeypatch.setattr(loader, "_kernels", {})
     monkeypatch.setattr(loader, "_modules_by_sha", {})  # else a file identical to one imported earlier aliases it
+    monkeypatch.setattr(loader, "_manifests", {})
     monkeypatch.setattr(loader, "_on_demand", None)
     monkeypatch.delenv("OGSGEN_PATH", raising=False)
     monkeypatch.delenv("OGSGEN_ON_DEMAND", raising=False)
@@ -115,6 +117,28 @@ def test_catalog_must_be_python(tmp_path, capsys):
     assert "a catalog is a Python file" in capsys.readouterr().err
 
 
+def test_catalog_file_cannot_shadow_a_module(tmp_path, monkeypatch):
+    real_json = sys.modules["json"]
+    monkeypatch.setitem(sys.modules, "json", real_json)  # restored after the test, whatever happens
+    catalog = tmp_path / "json.py"
+    catalog.write_text("from ogsgen.spec import FP16, KernelVariant\nVARIANTS = [KernelVariant(FP16, FP16, FP16)]\n")
+    assert main(["list", "--spec", str(catalog)]) == 0
+    assert sys.modules["json"] is real_json
+
+
+def test_catalog_builds_alike_from_any_folder(tmp_path):
+    name = "ogs_matmul_xbf16_wbf16_ybf16_bias_act_leaky_scaled"
+    sources = []
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        copy = tmp_path / folder / CUSTOM_CATALOG.name
+        copy.write_text(CUSTOM_CATALOG.read_text())
+        assert main(["build", "--spec", str(copy), "--only", name, "--out", str(tmp_path / folder / "out")]) == 0
+        sources.append((tmp_path / folder / "out" / f"{name}.py").read_text())
+    assert sources[0] == sources[1] and str(tmp_path) not in sources[0]
+    assert "leaky_scaled = ogsgen.user_catalogs.custom_catalog:leaky_scaled(" in sources[0]
+
+
 def test_python_dash_m_and_version():
     result = subprocess.run([sys.executable, "-m", "ogsgen", "--version"], capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(HERE.parent)})
@@ -152,21 +176,29 @@ def test_add_search_path_rejects_missing_folder(tmp_path):
         ogsgen.add_search_path(tmp_path / "missing")
 
 
+def _built_by_an_older_ogsgen(out, name, old, new):
+    """Build ``name`` into ``out`` as a build from other sources would have: its provenance differs from today's
+    (``old`` replaced by ``new``) and its manifest records the file as it is."""
+    assert main(["build", "--only", name, "--out", str(out)]) == 0
+    path = out / f"{name}.py"
+    path.write_text(path.read_text().replace(old, new))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["variants"][name]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
 def test_stale_file_is_refused(isolated_loader, tmp_path):
     name = "ogs_matmul_xbf16_wbf16_ybf16"
-    assert main(["build", "--only", name, "--out", str(tmp_path)]) == 0
-    path = tmp_path / f"{name}.py"
-    path.write_text(path.read_text().replace("'template_sha256': '", "'template_sha256': 'old"))
+    _built_by_an_older_ogsgen(tmp_path, name, "'template_sha256': '", "'template_sha256': 'old")
     ogsgen.add_search_path(tmp_path)
-    with pytest.raises(ogsgen.StaleKernelError, match=f"{name}.py is stale.*template triton_matmul_ogs.py.jinja"):
+    with pytest.raises(ogsgen.StaleKernelError, match=f"{name}.py is stale.*template triton_matmul_ogs.py.jinja.*"
+                                                      f"`ogsgen build --out {tmp_path} --only {name}`"):
         isolated_loader.kernel_for(KernelVariant(BF16, BF16, BF16))
 
 
 def test_stale_function_source_is_refused(isolated_loader, tmp_path):
     name = "ogs_matmul_xbf16_wbf16_ybf16_act_swiglu"
-    assert main(["build", "--only", name, "--out", str(tmp_path)]) == 0
-    path = tmp_path / f"{name}.py"
-    path.write_text(path.read_text().replace("'activation': '", "'activation': 'old"))
+    _built_by_an_older_ogsgen(tmp_path, name, "'activation': '", "'activation': 'old")
     ogsgen.add_search_path(tmp_path)
     with pytest.raises(ogsgen.StaleKernelError, match="activation 'swiglu' has a different source"):
         isolated_loader.kernel_for(KernelVariant(BF16, BF16, BF16, activation=ogsgen.swiglu))
@@ -182,9 +214,7 @@ def test_on_demand_generation(isolated_loader, tmp_path, device, caplog):
 
 def test_on_demand_replaces_stale_file(isolated_loader, tmp_path):
     name = "ogs_matmul_xbf16_wbf16_ybf16"
-    assert main(["build", "--only", name, "--out", str(tmp_path / "b")]) == 0
-    path = tmp_path / "b" / f"{name}.py"
-    path.write_text(path.read_text().replace("'template_sha256': '", "'template_sha256': 'old"))
+    _built_by_an_older_ogsgen(tmp_path / "b", name, "'template_sha256': '", "'template_sha256': 'old")
     ogsgen.add_search_path(tmp_path / "b")
     ogsgen.set_on_demand(True)
     kernel = isolated_loader.kernel_for(KernelVariant(BF16, BF16, BF16))

@@ -124,9 +124,8 @@ def read_manifest(out_dir: Path) -> dict:
     except json.JSONDecodeError as exc:
         problem = f"it is not valid JSON ({exc})"
     if problem:
-        raise BuildFolderError(f"{path} is damaged or was not written by this version of ogsgen: {problem}. "
-                               f"Nothing was changed; remove it and build again (a build without --only records "
-                               f"every variant of its catalog)")
+        raise BuildFolderError(f"{path} is damaged or was not written by this version of ogsgen: {problem}; "
+                               f"remove it and build again")
     return manifest
 
 

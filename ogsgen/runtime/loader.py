@@ -2,29 +2,34 @@
 
 Search order for ``<canonical_name>.py``: directories added with :func:`add_search_path`, then
 the entries of the ``OGSGEN_PATH`` variable (``os.pathsep``-separated), then the package's own
-``generated/``. A file found there is checked against today's template and function sources and
-refused with :class:`StaleKernelError` when they differ.
+``generated/``. A file found there is read once and its sha256 compared with the one its folder's
+manifest.json records before anything of it runs; only those verified bytes are executed. The module
+is then checked against today's template and function sources. Either failing raises
+:class:`StaleKernelError` with the command that rebuilds the file.
 
 On-demand generation (off by default; ``OGSGEN_ON_DEMAND=1`` or :func:`set_on_demand`) renders a
-missing or stale variant into a per-user cache folder (``OGSGEN_CACHE_DIR``, default
-``~/.cache/ogsgen/<version>``) and logs it. Files are published by atomic rename, so two
-processes racing on one variant both end up with a complete, identical file.
+missing or stale variant, runs the render, and keeps a copy in a per-user cache folder
+(``OGSGEN_CACHE_DIR``, default ``~/.cache/ogsgen/<version>``), rewritten (and logged) whenever it
+differs from the render. Files are published by atomic rename, so two processes racing on one
+variant both end up with a complete, identical file.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import linecache
 import logging
 import os
+import shlex
 import sys
 import threading
+import types
 from pathlib import Path
 
 from .._resources import data_dir
 from .._version import __version__
-from ..codegen.build import write_atomic
+from ..codegen.build import MANIFEST, read_manifest, write_atomic
 from ..codegen.render import expected_provenance, render_variant
-from ..errors import StaleKernelError, VariantNotBuiltError
+from ..errors import BuildFolderError, StaleKernelError, VariantNotBuiltError
 from ..spec.variant import KernelVariant, canonical_name
 from . import plans
 
@@ -34,6 +39,7 @@ _lock = threading.RLock()
 _extra_dirs: list[Path] = []
 _kernels: dict[tuple[KernelVariant, bool], object] = {}
 _modules_by_sha: dict[str, object] = {}
+_manifests: dict[Path, tuple[tuple[int, int, int], dict]] = {}  # manifest.json -> (its stat, its content)
 _on_demand: bool | None = None
 
 
@@ -72,17 +78,72 @@ def search_path() -> list[Path]:
     return [*_extra_dirs, *env, data_dir("generated")]
 
 
-def _import(path: Path):
+def rebuild_command(directory: Path, name: str, catalog: str | None) -> str:
+    """How to rebuild variant ``name`` of ``catalog`` (a catalog file's name, "ogsgen:...", None when unknown) in
+    ``directory``, as an error message says it."""
+    if directory == data_dir("generated"):
+        return "`ogsgen build`"
+    spec = ["--spec", catalog] if catalog and not catalog.startswith("ogsgen:") else []
+    command = f"`{shlex.join(['ogsgen', 'build', '--out', str(directory), '--only', name, *spec])}`"
+    return command if catalog else f"{command} (adding --spec CATALOG.py if it came from a user catalog)"
+
+
+def _refuse(path: Path, why: str, command: str) -> StaleKernelError:
+    return StaleKernelError(f"{path} {why}; rebuild it with {command}, or set OGSGEN_ON_DEMAND=1 to generate it "
+                            f"on demand")
+
+
+def _manifest(directory: Path) -> dict:
+    """The folder's validated manifest, parsed again only when the file changes."""
+    path = directory / MANIFEST
+    stat = path.stat()
+    version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    cached = _manifests.get(path)
+    if cached is None or cached[0] != version:
+        cached = _manifests[path] = (version, read_manifest(directory))
+    return cached[1]
+
+
+def _verified_source(directory: Path, name: str) -> tuple[bytes, str]:
+    """The bytes of ``directory/<name>.py``, read once and checked against the sha256 the folder's manifest records
+    before anything of them runs, and the catalog they were built from."""
+    path, manifest_path = directory / f"{name}.py", directory / MANIFEST
     source = path.read_bytes()
+    try:
+        manifest = _manifest(directory)
+    except FileNotFoundError:
+        raise _refuse(path, f"cannot be verified: its folder has no {manifest_path} (only files `ogsgen build` "
+                            f"wrote are loaded)", rebuild_command(directory, name, None)) from None
+    except BuildFolderError as exc:
+        raise _refuse(path, f"cannot be verified: {exc}", rebuild_command(directory, name, None)) from None
+    entry = manifest["variants"].get(name)
+    if entry is None:
+        raise _refuse(path, f"cannot be verified: {manifest_path} records no variant {name}",
+                      rebuild_command(directory, name, manifest["catalog"]))
+    if hashlib.sha256(source).hexdigest() != entry["sha256"]:
+        raise _refuse(path, f"does not match the sha256 {manifest_path} records for it (edited, truncated or "
+                            f"damaged since it was built)", rebuild_command(directory, name, entry["catalog"]))
+    return source, entry["catalog"]
+
+
+def _execute(path: Path, source: bytes):
+    """Run verified bytes as a module. Python's linecache, where inspect (and so Triton's @jit) reads a function's
+    source, gets these bytes too, whatever the file holds later."""
     sha = hashlib.sha256(source).hexdigest()
     module = _modules_by_sha.get(sha)
     if module is None:
+        filename = str(path)
+        # mtime None: linecache.checkcache keeps the entry instead of comparing it with the file.
+        linecache.cache[filename] = (len(source), None, source.decode().splitlines(keepends=True), filename)
         # The module name carries the content hash, so a rebuilt file never aliases an old one.
-        module_name = f"ogsgen_kernels.{path.stem}_{sha[:12]}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        module = types.ModuleType(f"ogsgen_kernels.{path.stem}_{sha[:12]}")
+        module.__file__ = filename
+        sys.modules[module.__name__] = module
+        try:
+            exec(compile(source, filename, "exec"), module.__dict__)
+        except BaseException:
+            del sys.modules[module.__name__]
+            raise
         _modules_by_sha[sha] = module
     return module
 
@@ -102,32 +163,40 @@ def _staleness(module, variant: KernelVariant) -> list[str]:
     return problems
 
 
+def _load_built(directory: Path, variant: KernelVariant):
+    name = canonical_name(variant)
+    source, catalog = _verified_source(directory, name)
+    module = _execute(directory / f"{name}.py", source)
+    problems = _staleness(module, variant)
+    if problems:
+        raise _refuse(directory / f"{name}.py", f"is stale ({'; '.join(problems)})",
+                      rebuild_command(directory, name, catalog))
+    return module
+
+
 def _generate(variant: KernelVariant, reason: str):
+    """Render the variant; its file in the cache folder is rewritten whenever it differs from the render (stale or
+    damaged), and what runs is the render itself."""
     path = cache_dir() / f"{canonical_name(variant)}.py"
-    log.info("ogsgen: generating %s into %s (%s)", canonical_name(variant), path.parent, reason)
-    write_atomic(path, render_variant(variant, "ogsgen:on-demand").source)
-    return _import(path)
+    source = render_variant(variant, "ogsgen:on-demand").source
+    if write_atomic(path, source):
+        log.info("ogsgen: generating %s into %s (%s)", canonical_name(variant), path.parent, reason)
+    return _execute(path, source.encode())
 
 
 def _load(variant: KernelVariant):
     name = canonical_name(variant)
     dirs = search_path()
     on_demand = on_demand_enabled()
-    if on_demand:
-        dirs = [*dirs, cache_dir()]
     for directory in dirs:
-        path = directory / f"{name}.py"
-        if not path.is_file():
+        if not (directory / f"{name}.py").is_file():
             continue
-        module = _import(path)
-        problems = _staleness(module, variant)
-        if not problems:
-            return module
-        if on_demand:
-            return _generate(variant, f"{path} is stale: {'; '.join(problems)}")
-        raise StaleKernelError(
-            f"{path} is stale ({'; '.join(problems)}); rebuild it with `ogsgen build --out {directory}` "
-            f"(add --spec FILE for a user catalog), or set OGSGEN_ON_DEMAND=1 to generate it on demand")
+        try:
+            return _load_built(directory, variant)
+        except StaleKernelError as exc:
+            if not on_demand:
+                raise
+            return _generate(variant, str(exc))
     if on_demand:
         return _generate(variant, "not built")
     raise VariantNotBuiltError(

@@ -32,6 +32,7 @@ from .formats import BF16, FP8_E4M3, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP8_E4M3
 from .variant import FEATURES, KernelVariant, canonical_name, companions
 
 DEFAULT_CATALOG_NAME = "ogsgen:default"
+USER_CATALOG_PACKAGE = "ogsgen.user_catalogs"  # a catalog file imports as <this>.<file stem>; only a name prefix
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,9 @@ def load_catalog_file(path: str | os.PathLike) -> Catalog:
         raise CatalogError(f"--spec {path}: no such file; give the path of a Python file that defines VARIANTS")
     if path.suffix != ".py":
         raise CatalogError(f"--spec {path}: a catalog is a Python file (*.py) that defines VARIANTS")
-    module_name = path.stem
+    # In ogsgen's namespace, so that a catalog named json.py cannot replace sys.modules["json"]; free of folders and
+    # random parts, as generated files record it (a function's origin is module:name).
+    module_name = f"{USER_CATALOG_PACKAGE}.{path.stem}"
     existing = sys.modules.get(module_name)
     if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() == path.resolve():
         module = existing
