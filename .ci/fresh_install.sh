@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# CI: the README's install in a virtual environment that shares nothing with any other (no .pth files, no system
+# site-packages, no PYTHONPATH): build the wheel, install it with the dependencies it declares, build and check the
+# kernels as the README says, run one interpreted matmul, and check that everything, ogsgen's templates/ and
+# generated/ included, comes from that environment.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+unset PYTHONPATH
+
+# Build from a copy of the package's inputs: an in-tree build reuses build/lib, which can hold stale files.
+mkdir "$work/src"
+tar -C "$repo" --exclude=__pycache__ -cf - pyproject.toml README.md ogsgen templates generated | tar -C "$work/src" -xf -
+python3 -m pip wheel --quiet --no-deps --wheel-dir "$work/dist" "$work/src"
+
+python3 -m venv "$work/venv"
+# The CPU build of torch (a local file on these machines); an unpinned torch would pull a multi-GB CUDA build.
+"$work/venv/bin/python" -m pip install --quiet torch==2.13.0
+"$work/venv/bin/python" -m pip install --quiet "$work"/dist/ogsgen-*.whl
+
+cd "$work"  # nothing of the checkout on sys.path
+export PATH="$work/venv/bin:$PATH"
+echo "== fresh install: ogsgen build && ogsgen build --check"
+# README: install and build (one command a line: set -e does not stop at the left side of a failing &&)
+ogsgen build
+ogsgen build --check
+TRITON_INTERPRET=1 python - <<'PY'
+import sys
+import sysconfig
+
+import filelock
+import jinja2
+import numpy
+import torch
+import triton
+
+import ogsgen
+from ogsgen._resources import data_dir
+
+site = sysconfig.get_paths()["purelib"]
+outside = [p for p in sys.path if p and not p.startswith(sys.prefix)
+           and not (p.startswith(sys.base_prefix) and "-packages" not in p)]
+assert not outside, f"sys.path reaches outside the fresh environment and the standard library: {outside}"
+for module in (ogsgen, torch, triton, jinja2, numpy, filelock):
+    assert module.__file__.startswith(site), f"{module.__name__} comes from {module.__file__}, not {site}"
+for folder in ("templates", "generated"):
+    assert str(data_dir(folder)).startswith(site), f"ogsgen's {folder}/ is {data_dir(folder)}, not in {site}"
+x, w = torch.randn(5, 16, dtype=torch.float16), torch.randn(16, 8, dtype=torch.float16)
+y = ogsgen.matmul_ogs(x, w, None)
+torch.testing.assert_close(y.float(), x.float() @ w.float(), atol=2e-2, rtol=1e-2)
+print(f"fresh install: ogsgen {ogsgen.__version__} (triton {triton.__version__}, torch {torch.__version__}) "
+      f"built, checked and ran an fp16 matmul from {site}")
+PY
