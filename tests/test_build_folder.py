@@ -116,11 +116,12 @@ def test_out_naming_a_file(tmp_path, capsys, flags):
     assert not_a_folder.read_text() == "mine\n"
 
 
-def test_out_inside_a_file(tmp_path, capsys):
+@pytest.mark.parametrize("flags", [[], ["--dry-run"], ["--check"]])
+def test_out_inside_a_file(tmp_path, capsys, flags):
     inside = tmp_path / "file" / "out"
     inside.parent.write_text("mine\n")
-    assert main(["build", "--only", A, "--out", str(inside)]) == 2
-    assert f"--out {inside}: cannot write" in capsys.readouterr().err
+    assert main(["build", "--only", A, "--out", str(inside), *flags]) == 2
+    assert f"--out {inside} is inside a file ({inside.parent})" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("sub", ["", "new"])

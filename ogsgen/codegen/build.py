@@ -130,9 +130,12 @@ def read_manifest(out_dir: Path) -> dict:
 
 
 def _folder(out_dir) -> Path:
+    """``out_dir`` as a Path, unless it or the nearest of its parents that exists is a file."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BuildFolderError(f"--out {out_dir} is a file, not a folder; give a folder (created when missing)")
+    existing = next(p for p in (out_dir, *out_dir.parents) if p.exists())
+    if not existing.is_dir():
+        where = "is a file, not a folder" if existing == out_dir else f"is inside a file ({existing})"
+        raise BuildFolderError(f"--out {out_dir} {where}; give a folder (created when missing)")
     return out_dir
 
 
