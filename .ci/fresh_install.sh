@@ -11,7 +11,8 @@ unset PYTHONPATH
 
 # Build from a copy of the package's inputs: an in-tree build reuses build/lib, which can hold stale files.
 mkdir "$work/src"
-tar -C "$repo" --exclude=__pycache__ -cf - pyproject.toml README.md ogsgen templates generated | tar -C "$work/src" -xf -
+tar -C "$repo" --exclude=__pycache__ -cf - pyproject.toml README.md ogsgen templates generated |
+  tar -C "$work/src" -xf -
 python3 -m pip wheel --quiet --no-deps --wheel-dir "$work/dist" "$work/src"
 
 python3 -m venv "$work/venv"
