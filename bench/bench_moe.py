@@ -43,7 +43,7 @@ import triton
 from triton.testing import do_bench, do_bench_cudagraph
 
 import ogsgen
-from ogsgen.numerics import dequantize_mx_torch, quantize_mx, swizzle_mx_values
+from ogsgen.numerics import dequantize_mx_torch
 from ogsgen.runtime import matmul as ogsgen_matmul  # its _REPLACED: what the wgmma hazard check replaced
 
 MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
@@ -111,14 +111,15 @@ def case_logits(name, tokens) -> torch.Tensor:
     return torch.randn(tokens, MOE_SHAPES[name][0], device="cuda")
 
 
-def moe_cases(name, tokens, weight_format, tk, logits=None):
+def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen):
     """(implementation, call, flops, bytes moved) of one MoE case, then its references; ``logits``: the router's
-    (tokens, experts) logits, the case's own (``case_logits``) unless given (a probe's chosen routing)."""
+    (tokens, experts) logits, the case's own (``case_logits``) unless given (a probe's chosen routing); ``lib``: the
+    ogsgen package whose calls are timed (a probe imports an earlier tree's under another name)."""
     n_expts, top_k, k, n, mode = MOE_SHAPES[name]
     device = "cuda"
     drawn = case_logits(name, tokens)  # drawn either way: x and w stay the case's own
     logits = drawn if logits is None else logits
-    rd, gi, si = ogsgen.routing(logits, top_k)
+    rd, gi, si = lib.routing(logits, top_k)
     rows = tokens * top_k
     x = torch.randn((tokens if mode == "gather" else rows), k, device=device).bfloat16()
     dense_w = torch.randn(n_expts, k, n, device=device).bfloat16()
@@ -126,29 +127,29 @@ def moe_cases(name, tokens, weight_format, tk, logits=None):
     # The second matmul of a layer weights each row by its gate (gammas) as it scatters.
     kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si, gammas=rd.gate_scal.float())
     if weight_format.startswith("mxfp4"):
-        values, scales = quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
+        values, scales = lib.numerics.quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
         hopper = weight_format in ("mxfp4", "mxfp4-kscales") and torch.cuda.get_device_capability()[0] == 9
-        w = swizzle_mx_values(values.mT) if hopper else values.mT
+        w = lib.swizzle_mx_values(values.mT) if hopper else values.mT
         # Scales N-contiguous, as prepare_expert_weights stores them; mxfp4-kscales (a probe): K-contiguous.
-        pc = ogsgen.PrecisionConfig(weight_scale=scales.mT if weight_format == "mxfp4-kscales"
+        pc = lib.PrecisionConfig(weight_scale=scales.mT if weight_format == "mxfp4-kscales"
                                     else scales.mT.contiguous())
         if hopper:  # as prepare_expert_weights: scales recorded <= 2 let the upcast take one multiply
-            ogsgen.bound_mx_scales(pc.weight_scale)
+            lib.bound_mx_scales(pc.weight_scale)
         w_bytes = active * k * n // 2
     else:
-        w, pc = dense_w, ogsgen.PrecisionConfig()
+        w, pc = dense_w, lib.PrecisionConfig()
         w_bytes = active * k * n * 2
     y_rows = rows if mode == "gather" else tokens
     bytes_moved = x.numel() * 2 + w_bytes + y_rows * n * 2
     flops = 2 * rows * k * n
 
     def reference(w_ref, routing_data, indices):  # float32 arithmetic, rows in that routing's order
-        return ogsgen.matmul_ogs_torch(x, w_ref, None, routing_data, precision_config=ogsgen.PrecisionConfig(
+        return lib.matmul_ogs_torch(x, w_ref, None, routing_data, precision_config=lib.PrecisionConfig(
             out_dtype=torch.float32), **indices)
     # ogsgen's mxfp4 dequantized: exact in bf16 (one mantissa bit, power-of-two scales)
     ogsgen_weights = (lambda: dense_w) if weight_format == "bf16" else \
         (lambda: dequantize_mx_torch(values, scales, "e2m1", dtype=torch.bfloat16).mT)
-    yield "ogsgen", lambda: ogsgen.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
+    yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
     if tk is not None:
         tk_matmul, tk_routing = tk
         t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
@@ -182,12 +183,12 @@ def moe_cases(name, tokens, weight_format, tk, logits=None):
     yield "reference", lambda: reference(ogsgen_weights(), rd, kwargs), None, None
 
 
-def dense_cases(m, n, k, tk):
+def dense_cases(m, n, k, tk, lib=ogsgen):
     seed_case(m, n, k)
     x = torch.randn(m, k, device="cuda").bfloat16()
     w = torch.randn(k, n, device="cuda").bfloat16()
     flops, bytes_moved = 2 * m * n * k, (m * k + k * n + m * n) * 2
-    yield "ogsgen", (lambda: ogsgen.matmul_ogs(x, w, None)), flops, bytes_moved
+    yield "ogsgen", (lambda: lib.matmul_ogs(x, w, None)), flops, bytes_moved
     if tk is not None:
         yield "triton_kernels", (lambda: tk[0].matmul_ogs(x, w, None)), flops, bytes_moved
     yield "torch.matmul", (lambda: torch.matmul(x, w)), flops, bytes_moved

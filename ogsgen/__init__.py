@@ -1,6 +1,6 @@
 """ogsgen: a code-generating kernel specialization compiler for MoE matmul (matmul_ogs)."""
 from ._version import __version__
-from .errors import (BuildFolderError, CatalogError, InapplicableConstraint, OgsgenError, SpecError,
+from .errors import (BuildFolderError, CatalogError, InapplicableConstraint, OgsgenError, SpecError, SpecTypeError,
                      StaleKernelError, UnsupportedError, VariantNotBuiltError)
 from .spec import FnSpecs, KernelVariant, canonical_name, register_activation, register_epilogue, unregister
 from .builtins import swiglu, swiglu_torch  # importing registers the built-in functions
@@ -11,7 +11,7 @@ from .runtime import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData
                       opt_flags_constraints, set_on_demand)
 
 __all__ = [
-    "__version__", "BuildFolderError", "CatalogError", "InapplicableConstraint", "OgsgenError", "SpecError",
+    "__version__", "BuildFolderError", "CatalogError", "InapplicableConstraint", "OgsgenError", "SpecError", "SpecTypeError",
     "StaleKernelError", "UnsupportedError", "VariantNotBuiltError", "FnSpecs", "KernelVariant", "canonical_name",
     "register_activation", "register_epilogue", "unregister", "swiglu", "swiglu_torch", "Epilogue", "FlexCtx",
     "FusedActivation", "GatherIndx", "InFlexData", "OptFlags", "OutFlexData", "PrecisionConfig", "RoutingData",

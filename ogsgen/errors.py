@@ -9,6 +9,10 @@ class SpecError(OgsgenError, ValueError):
     """A function, format, variant or catalog description is invalid."""
 
 
+class SpecTypeError(SpecError, TypeError):
+    """An argument is not of the type the API takes (a tensor, a RoutingData, a Python float, ...)."""
+
+
 class CatalogError(SpecError):
     """A catalog file cannot be loaded or does not describe kernel variants."""
 

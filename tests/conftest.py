@@ -43,3 +43,16 @@ def _no_plans_across_tests():
     plans.clear()
     yield
     plans.clear()
+
+
+@pytest.fixture(scope="session")
+def y_acc_in_kernels(tmp_path_factory):
+    """The dense fp16 variant with y_acc_in (not in the default catalog), built and on the search path."""
+    import ogsgen
+    from ogsgen.codegen import build
+    from ogsgen.spec import FP16, Catalog, KernelVariant
+    from ogsgen.spec.catalog import _expand
+
+    out = tmp_path_factory.mktemp("y_acc_in_kernels")
+    build(Catalog("y_acc_in", _expand([KernelVariant(FP16, FP16, FP16, y_acc_in=True)], "y_acc_in")), out)
+    ogsgen.add_search_path(out)

@@ -76,6 +76,16 @@ def test_epilogue_without_function_but_values():
         Epilogue(fn_arg_values_matmul=(1.0,))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="outside the interpreter, @triton.jit itself refuses it")
+def test_function_without_a_source_file():
+    # Under the interpreter a function made by exec is a valid @triton.jit function whose source cannot be read:
+    # registering it used to fail with a raw OSError.
+    namespace = {"triton": triton}
+    exec("@triton.jit\ndef made_by_exec(tile):\n    return tile\n", namespace)
+    with pytest.raises(SpecError, match="the source of 'made_by_exec' cannot be read .* define it in a .py file"):
+        ogsgen.register_activation(namespace["made_by_exec"])
+
+
 def test_signature_mismatch():
     @triton.jit
     def scale_by(tile, factor):

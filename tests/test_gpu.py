@@ -252,3 +252,92 @@ def test_fp8_rejected_on_gpus_without_fp8(monkeypatch):
     x = torch.randn(8, 32, device="cuda").to(torch.float8_e4m3fn)
     with pytest.raises(ogsgen.SpecError, match="fp8 tensors need a GPU of compute capability 8.9"):
         ogsgen.matmul_ogs(x, x.mT.contiguous().mT.mT, None)
+
+
+# ---------------------------------------------------------------- issue 28: large offsets, routing limits and checks
+
+def _free_gib() -> float:
+    return torch.cuda.mem_get_info()[0] / 2**30
+
+
+@pytest.mark.parametrize("case", ["w K-contiguous", "y column-major", "split-K partials"])
+def test_offsets_past_2_31_realistic(case):
+    # The sizes at which 32-bit column and split offsets failed: an illegal memory access, or (column-major y) wrong
+    # values and stores outside y with no error.
+    if _free_gib() < 40:
+        pytest.skip("needs about 40 GiB of free GPU memory")
+    from ogsgen.testing import assert_close
+    torch.manual_seed(0)
+    y = None
+    constraints = {}
+    if case == "w K-contiguous":  # an nn.Linear weight (vocab x hidden) as w = linear.weight.T: N*K >= 2**31
+        x = torch.randn(16, 32768, device="cuda").bfloat16()
+        w = torch.randn(65664, 32768, device="cuda", dtype=torch.bfloat16).T
+    elif case == "y column-major":
+        x = torch.randn(65536, 64, device="cuda").bfloat16()
+        w = torch.randn(64, 32800, device="cuda").bfloat16()
+        y = torch.full((32800, 65536), float("nan"), device="cuda", dtype=torch.bfloat16).T
+    else:  # (split - 1) * M * N >= 2**31 in the fp32 partials
+        x = torch.randn(16384, 4096, device="cuda").bfloat16()
+        w = torch.randn(4096, 20480, device="cuda").bfloat16()
+        constraints = dict(split_k=8)
+    with ogsgen.opt_flags_constraints(**constraints):
+        out = ogsgen.matmul_ogs(x, w, None, y=y)
+    ref = torch.matmul(x.float(), w.float())
+    assert_close(ref, out.float(), what=case)
+    if y is not None:
+        assert out.data_ptr() == y.data_ptr()
+
+
+def test_routing_and_matmul_of_8m_gates():
+    # 1,048,576 tokens at top-8: 8M gates, 16 times the 524,288 that int32 block-schedule entries allowed.
+    from ogsgen.moe import make_ragged_tensor_metadata_torch
+    from ogsgen.testing import assert_close
+    torch.manual_seed(0)
+    tokens, n_expts, k_act = 1 << 20, 128, 8
+    logits = torch.randn(tokens, n_expts, device="cuda")
+    rd, gi, si = routing(logits, k_act)
+    ref_meta = make_ragged_tensor_metadata_torch(rd.expt_hist, tokens * k_act)
+    for field in ("slice_offs", "block_offs_data", "block_schedule_data"):
+        assert torch.equal(getattr(rd.expt_data, field), getattr(ref_meta, field)), field
+    x = torch.randn(tokens, 32, device="cuda").bfloat16()
+    w1 = torch.randn(n_expts, 32, 32, device="cuda").bfloat16()
+    w2 = torch.randn(n_expts, 32, 16, device="cuda").bfloat16()
+    h = ogsgen.matmul_ogs(x, w1, None, rd, gather_indx=gi)
+    y = ogsgen.matmul_ogs(h, w2, None, rd, scatter_indx=si, gammas=rd.gate_scal)
+    f32 = ogsgen.PrecisionConfig(out_dtype=torch.float32)
+    h_ref = ogsgen.matmul_ogs_torch(x, w1, None, rd, gather_indx=gi, precision_config=f32)
+    assert_close(h_ref, h.float(), what="w1")
+    y_ref = ogsgen.matmul_ogs_torch(h, w2, None, rd, scatter_indx=si, gammas=rd.gate_scal, precision_config=f32)
+    assert_close(y_ref, y.float(), what="w2")
+
+
+_DEVICE_ASSERT = """
+import sys, torch, ogsgen
+from ogsgen.moe import make_ragged_tensor_metadata
+case = sys.argv[1]
+if case == "expert id":
+    ids = torch.tensor([[0, 1], [2, 4]], device="cuda", dtype=torch.int32)  # 4 experts: id 4 is not one
+    ogsgen.routing_from_topk(ids, torch.rand(2, 2, device="cuda"), 4)
+elif case == "wrapped int64 id":
+    ids = torch.tensor([[0, (1 << 32) + 1]], device="cuda")  # int64: narrowing would wrap it to expert 1
+    ogsgen.routing_from_topk(ids, torch.rand(1, 2, device="cuda"), 4)
+else:
+    make_ragged_tensor_metadata(torch.tensor([10, 7], device="cuda", dtype=torch.int32), 16)  # 17 rows > 16
+torch.cuda.synchronize()
+print("no error")
+"""
+
+
+@pytest.mark.parametrize("case,message", [("expert id", "an expert id is outside"),
+                                          ("wrapped int64 id", "an expert id is outside"),
+                                          ("histogram past the rows", "sums to more rows than the call has")])
+def test_routing_device_asserts(case, message):
+    # On a GPU the routing checks run on the device (no host synchronization): a failed assert is a CUDA error at
+    # the next synchronization, with ogsgen's message printed. A fresh process: the error ends its CUDA context.
+    import subprocess
+    result = subprocess.run([sys.executable, "-c", _DEVICE_ASSERT, case], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    output = result.stdout + result.stderr  # the device prints the failed assert (CUDA's printf buffer)
+    assert result.returncode != 0 and "no error" not in result.stdout, output
+    assert message in output, output[-3000:]

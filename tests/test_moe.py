@@ -11,6 +11,7 @@ from ogsgen.moe import (gather_rows, make_ragged_tensor_metadata, make_ragged_te
 from ogsgen.spec import BF16, FP16, FP32, Catalog, KernelVariant, default_catalog, variant_product
 from ogsgen.spec.catalog import _expand
 from cases import run_moe_case
+from ogsgen.testing import assert_close
 
 DEFAULT = default_catalog().by_name()
 
@@ -309,15 +310,135 @@ def test_moe_bad_inputs(device):
         ogsgen.matmul_ogs(x, w, None, hist, gather_indx=gi)
 
 
-def test_histogram_mismatch_is_caught_in_debug_mode(device, monkeypatch):
+def test_histogram_mismatch_is_caught(device, monkeypatch):
+    # On the CPU the routing checks always run; on a GPU with OGSGEN_DEBUG=1 (what the flag sets at import).
+    monkeypatch.setattr(ogsgen.moe.checks, "DEBUG", True)
     rd, gi, si, x, w = _moe_inputs(device)
-    wrong = ogsgen.RoutingData(rd.gate_scal, torch.roll(rd.expt_hist, 1) + 1, 4, 2)
-    monkeypatch.setattr(ogsgen.runtime.matmul, "DEBUG_CHECKS", True)  # what OGSGEN_DEBUG=1 at import sets
-    with pytest.raises(ogsgen.SpecError, match="histogram does not match the indices"):
+    short = rd.expt_hist.clone()
+    short[int(short.argmax())] -= 2
+    wrong = ogsgen.RoutingData(rd.gate_scal, short, 4, 2)
+    with pytest.raises(ogsgen.SpecError, match="16 routed rows but routing_data.expt_hist sums to 14; the histogram "
+                                               "does not match the indices"):
         ogsgen.matmul_ogs(x, w, None, wrong, gather_indx=gi)
     swapped = ogsgen.GatherIndx(gi.src_indx, torch.roll(gi.dst_indx, 1))
     with pytest.raises(ogsgen.SpecError, match="not inverse permutations"):
         ogsgen.matmul_ogs(x, w, None, rd, gather_indx=swapped)
+
+
+def _with(tensor, position, value):
+    changed = tensor.clone()
+    changed[position] = value
+    return changed
+
+
+@pytest.mark.parametrize("case,message", [
+    ("gather index past the gates", r"gather_indx.src_indx\[3\] = 16 is outside \[-1, 16\)"),
+    ("gather index below -1", r"gather_indx.src_indx\[0\] = -5 is outside"),
+    ("gate position past the rows", r"gather_indx.dst_indx\[2\] = 99 is outside"),
+    ("histogram past the rows", "expt_hist sums to 20 rows, more than the call's 16 sorted rows"),
+    ("negative count", r"expt_hist\[1\] = -1: a histogram counts rows"),
+    ("histogram short of the indices", "14 routed rows but routing_data.expt_hist sums to 16"),
+    ("dropped gate among the routed rows", r"a dropped gate \(-1\) among the first 15 sorted rows"),
+    ("metadata of another histogram", "expt_data does not hold the offsets and block schedule"),
+])
+def test_bad_routing_data_raises_instead_of_reading_out_of_bounds(case, message, device, monkeypatch):
+    # Each of these used to read or write outside a tensor (a segfault on the CPU, an illegal memory access or a
+    # wrong result on a GPU) or was silently accepted.
+    monkeypatch.setattr(ogsgen.moe.checks, "DEBUG", True)
+    rd, gi, si, x, w = _moe_inputs(device)
+    hist = rd.expt_hist
+    if case == "gather index past the gates":
+        gi = ogsgen.GatherIndx(_with(gi.src_indx, 3, 16), gi.dst_indx)
+    elif case == "gather index below -1":
+        gi = ogsgen.GatherIndx(_with(gi.src_indx, 0, -5), gi.dst_indx)
+    elif case == "gate position past the rows":
+        gi = ogsgen.GatherIndx(gi.src_indx, _with(gi.dst_indx, 2, 99))
+    elif case == "histogram past the rows":
+        rd = ogsgen.RoutingData(rd.gate_scal, _with(hist, 0, int(hist[0]) + 4), 4, 2)
+    elif case == "negative count":
+        rd = ogsgen.RoutingData(rd.gate_scal, _with(hist, 1, -1), 4, 2)
+    elif case == "histogram short of the indices":
+        gi = ogsgen.GatherIndx(_with(_with(gi.src_indx, 14, -1), 15, -1), gi.dst_indx)
+    elif case == "dropped gate among the routed rows":
+        ids = torch.arange(16, device=device).view(8, 2) % 4
+        ids[5, 1] = -1  # one dropped gate: 15 routed rows, then -1
+        rd, gi, _ = routing_from_topk(ids, torch.rand(8, 2, device=device), 4)
+        src = gi.src_indx.clone()
+        src[0], src[15] = -1, int(src[0])
+        gi = ogsgen.GatherIndx(src, gi.dst_indx)
+    else:
+        other = torch.tensor([16, 0, 0, 0], dtype=torch.int32, device=device)
+        rd = ogsgen.RoutingData(rd.gate_scal, hist, 4, 2, make_ragged_tensor_metadata(other, 16))
+        rd.expt_data.slice_sizes = hist
+    with pytest.raises(ogsgen.SpecError, match=message):
+        ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the checks run with OGSGEN_DEBUG=1 only")
+def test_cpu_calls_check_routing_even_when_replayed():
+    # A plan replay skips the argument checks, but on the CPU (the interpreter) a bad index would crash the process.
+    rd, gi, si, x, w = _moe_inputs("cpu")
+    ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi)  # records the plan
+    bad = ogsgen.GatherIndx(_with(gi.src_indx, 3, 1 << 20), gi.dst_indx)
+    with pytest.raises(ogsgen.SpecError, match="gather_indx.src_indx"):
+        ogsgen.matmul_ogs(x, w, None, rd, gather_indx=bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_gate_weights_are_float32_whatever_the_logits(dtype, device):
+    logits = torch.randn(8, 4, device=device).to(dtype)
+    rd, gi, si = routing(logits, 2)
+    assert rd.gate_scal.dtype == torch.float32
+    # the documented pattern: the gate weights are the second matmul's gammas
+    x = torch.randn(16, 32, device=device, dtype=torch.float16)
+    w = torch.randn(4, 32, 16, device=device, dtype=torch.float16)
+    y = ogsgen.matmul_ogs(x, w, None, rd, scatter_indx=si, gammas=rd.gate_scal)
+    ref = ogsgen.matmul_ogs_torch(x, w, None, rd, scatter_indx=si, gammas=rd.gate_scal,
+                                  precision_config=ogsgen.PrecisionConfig(out_dtype=torch.float32))
+    assert_close(ref, y.float())
+    weights = torch.rand(8, 2, device=device).to(dtype)
+    assert routing_from_topk(gi.src_indx.view(8, 2) % 4, weights, 4)[0].gate_scal.dtype == torch.float32
+
+
+@pytest.mark.parametrize("ids,dtype,message", [
+    ([[0, 4]], torch.int32, r"topk_ids\[0, 1\] = 4 is not an expert id: ids must lie in \[-1, n_expts_tot=4\)"),
+    ([[-2, 1]], torch.int32, r"topk_ids\[0, 0\] = -2 is not an expert id"),
+    ([[1, (1 << 32) + 2]], torch.int64, r"topk_ids\[0, 1\] = 4294967298 is not an expert id"),  # wrapped to 2
+    ([[3, -3]], torch.int16, r"topk_ids\[0, 1\] = -3"),
+])
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU checks ids by a device assert: test_gpu.py")
+def test_routing_from_topk_refuses_ids_that_are_not_experts(ids, dtype, message):
+    # These used to be dropped silently (ids >= E, < -1) or wrapped into valid experts (int64 >= 2**31).
+    ids = torch.tensor(ids, dtype=dtype)
+    with pytest.raises(ogsgen.SpecError, match=message):
+        routing_from_topk(ids, torch.rand(ids.shape), 4)
+    with pytest.raises(ogsgen.SpecError, match=message):
+        routing_from_topk_torch(ids, torch.rand(ids.shape), 4)
+
+
+def test_routing_given_expert_ids_refuses_dropped_and_foreign_ids(device, monkeypatch):
+    monkeypatch.setattr(ogsgen.moe.checks, "DEBUG", True)
+    logits = torch.randn(2, 4, device=device)
+    for ids, message in (([[0, -1], [1, 2]], r"expt_indx\[0, 1\] = -1 is not an expert id: ids must lie in \[0,"),
+                         ([[0, 1], [1, 7]], r"expt_indx\[1, 1\] = 7")):
+        with pytest.raises(ogsgen.SpecError, match=message):
+            routing(logits, 2, expt_indx=torch.tensor(ids, device=device))
+
+
+def test_metadata_beyond_the_old_15_bit_block_index(device):
+    # One expert with 600,000 rows: 37,500 tiles of 16 rows, past the 2**15 block indices that int32 schedule
+    # entries held (the limit was 524,288 gates per call, 65,540 tokens at top-8).
+    hist = torch.tensor([600_000, 3, 0, 17], dtype=torch.int32, device=device)
+    n_rows = 600_020
+    meta, ref = make_ragged_tensor_metadata(hist, n_rows), make_ragged_tensor_metadata_torch(hist, n_rows)
+    for field in ("slice_offs", "block_offs_data", "block_schedule_data"):
+        assert torch.equal(getattr(meta, field), getattr(ref, field)), field
+    assert int(meta.block_schedule(16)[37_499]) == (37_499 << 16) | 0
+
+
+def test_row_count_limit_is_a_clear_error(device):
+    with pytest.raises(ogsgen.SpecError, match=r"n_rows is 2147483648 rows \(gates\); ogsgen's routing holds at most"):
+        make_ragged_tensor_metadata(torch.zeros(4, dtype=torch.int32, device=device), 1 << 31)
 
 
 # ---------------------------------------------------------------- catalog

@@ -63,11 +63,11 @@ def _compile_offline(name: str, tile, wait_mma: bool, waiting_compile: bool = Tr
     from ogsgen.runtime import loader
     kernel = loader.kernel_for(DEFAULT[name])
     pointers = dict(Y="*bf16", X="*bf16", W="*i32" if DEFAULT[name].w.layout == "hopper" else "*u8",
-                    WMxScale="*u8", Bias="*fp32", SliceSizes="*i32", SliceOffs="*i32", BlockSchedule="*i32",
+                    WMxScale="*u8", Bias="*fp32", SliceSizes="*i32", SliceOffs="*i32", BlockSchedule="*i64",
                     GatherIndx="*i32")
     signature = {arg: pointers.get(arg, "i32") for arg in kernel.arg_names}
     signature.update({arg: "fp32" for arg in ("out_alpha", "act_alpha", "act_limit") if arg in signature})
-    constants = dict(stride_x_k=1, stride_w_k=1, stride_y_n=1, GROUP_M=8, EVEN_K=even_k,
+    constants = dict(stride_x_k=1, stride_w_k=1, stride_y_n=1, GROUP_M=8, EVEN_K=even_k, OFFSETS_64=False,
                      **{"stride_wmx_n" if scales_n_contiguous else "stride_wmx_k": 1},
                      WAIT_MMA=wait_mma, W_SCALES_AT_MOST_2=small_scales,
                      **dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), tile[:3])))
@@ -441,6 +441,31 @@ def test_verdicts_are_kept_on_disk_by_binary_hash(monkeypatch, tmp_path):
         with pytest.raises(wgmma_hazards.RegisterOperandHazard, match="kernel_hazard: 1 writes to in-flight"):
             wgmma_hazards.check_compiled(Compiled(b"hazard"))
     assert disassembled == [b"clean", b"hazard"]
+
+
+@pytest.mark.parametrize("kept", [b"", b"\xff\xfe garbage", b"some text", b'{"check": 2, "binary": "hash-hazard"',
+                                  b'{"check": 1, "binary": "hash-hazard", "hazards": 0, "message": ""}',
+                                  b'{"check": 2, "binary": "hash-other", "hazards": 0, "message": ""}',
+                                  b'{"check": 2, "binary": "hash-hazard", "hazards": 0, "message": "x"}'])
+def test_a_damaged_or_foreign_verdict_means_check_again(kept, monkeypatch, tmp_path):
+    # An empty verdict file (a crash mid-write) used to read as "clean", and the hazardous binary ran (max error
+    # 1.9e35 on the H200); bytes that are not UTF-8 crashed; other text read as a hazard message.
+    monkeypatch.setenv("OGSGEN_CACHE_DIR", str(tmp_path))
+    sass = _sass("IMAD.SHL.U32 R88, R2, 0x4, RZ", "HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR12], R24, gsb0",
+                 "WARPGROUP.DEPBAR.LE gsb0, 0x1")
+    disassembled = []
+    monkeypatch.setattr(wgmma_hazards, "sass_of", lambda cubin: disassembled.append(cubin) or sass)
+
+    class Compiled:
+        name, hash, asm = "kernel_hazard", "hash-hazard", {"cubin": b"hazard"}
+    path = wgmma_hazards._verdict_path(Compiled.hash)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(kept)
+    for _ in range(2):  # checked, then its rewritten verdict is read
+        with pytest.raises(wgmma_hazards.RegisterOperandHazard, match="kernel_hazard: 1 writes to in-flight"):
+            wgmma_hazards.check_compiled(Compiled())
+    assert disassembled == [b"hazard"]
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_a_binary_that_cannot_be_disassembled_is_treated_as_hazardous(monkeypatch, tmp_path):

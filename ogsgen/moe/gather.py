@@ -25,7 +25,9 @@ def _gather_rows(X, Y, GateIndx, n_rows, K, stride_x_m, stride_x_k, stride_y, n_
     live = gates >= 0
     tokens = (gates // n_expts_act).to(tl.int64)
     mask = live[:, None] & (cols < K)[None, :]
-    row = tl.load(X + tokens[:, None] * stride_x_m + cols[None, :] * stride_x_k, mask=mask)
+    # 64-bit column offsets: a K-major x of 2**31 elements or more would overflow 32-bit ones, and the copy is
+    # bound by memory, not by the address arithmetic
+    row = tl.load(X + tokens[:, None] * stride_x_m + cols.to(tl.int64)[None, :] * stride_x_k, mask=mask)
     tl.store(Y + rows.to(tl.int64)[:, None] * stride_y + cols[None, :], row, mask=mask)
 
 

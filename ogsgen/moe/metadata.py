@@ -4,9 +4,13 @@ For a histogram ``hist`` (rows per expert) and each block size ``bs`` in ``BLOCK
 
 * ``slice_offs``  = ``[0, cumsum(hist)]``: where each expert's rows start;
 * ``block_offs(bs)`` = ``[0, cumsum(cdiv(hist, bs))]``: where each expert's row tiles start;
-* ``block_schedule(bs)``: for tile ``j < block_offs(bs)[E]`` the packed entry ``(block << 16) | expert``
+* ``block_schedule(bs)``: for tile ``j < block_offs(bs)[E]`` the packed int64 entry ``(block << 16) | expert``
   (expert-major, block-minor), and -1 for the idle tiles after it. Its length is a host-side upper
   bound of the tile count, so a kernel grid can be sized without reading ``hist`` back.
+
+Limits: at most 65,536 experts (16 bits of the entry) and fewer than 2**31 rows (int32 histograms and indices).
+The kernels assert on the device that the histogram has no negative count and sums to at most the rows bound
+given (a histogram that does not describe the call's rows would otherwise send tiles past them).
 
 Example: hist [15, 17, 0, 127], bs 16: slice_offs [0, 15, 32, 32, 159], block_offs [0, 1, 3, 3, 11],
 schedule (e0,b0) (e1,b0) (e1,b1) (e3,b0) ... (e3,b7), then -1.
@@ -23,16 +27,18 @@ import triton.language as tl
 from ..errors import SpecError
 
 BLOCK_SIZES = (16, 32, 64, 128)
-MAX_EXPERTS = 1 << 16  # the packed entry keeps the expert in 16 bits
-MAX_BLOCKS = 1 << 15   # and the block index in the 15 bits above them
+MAX_EXPERTS = 1 << 16  # the packed entry keeps the expert in 16 bits (and the block index in the 47 above them)
+MAX_ROWS = (1 << 31) - 1  # histograms, offsets and the gather/scatter indices are int32
+_ENTRY_BYTES = 8  # int64 schedule entries
 
 
 def max_n_tiles(n_expts_tot: int, n_rows: int) -> int:
     """Upper bound of the row tiles over all experts for the smallest block size, rounded up to a multiple of
-    4: each block size's schedule row then starts 16-byte aligned, as the matmul kernels are compiled to
+    16 bytes' entries: each block size's schedule row then starts 16-byte aligned, as the matmul kernels are compiled to
     expect (an unaligned row would make Triton compile another specialization)."""
     bound = n_rows if n_rows <= n_expts_tot else triton.cdiv(n_rows - n_expts_tot + 1, BLOCK_SIZES[0]) + n_expts_tot - 1
-    return triton.cdiv(bound, 4) * 4
+    per_16_bytes = 16 // _ENTRY_BYTES
+    return triton.cdiv(bound, per_16_bytes) * per_16_bytes
 
 
 @dataclass
@@ -40,12 +46,12 @@ class RaggedTensorMetadata:
     slice_sizes: torch.Tensor          # (E,) int32, the histogram
     slice_offs: torch.Tensor           # (E + 1,) int32
     block_offs_data: torch.Tensor      # (len(BLOCK_SIZES), E + 1) int32
-    block_schedule_data: torch.Tensor  # (len(BLOCK_SIZES), max_n_tiles) int32
+    block_schedule_data: torch.Tensor  # (len(BLOCK_SIZES), max_n_tiles) int64
 
     @staticmethod
     def _row(block_size: int) -> int:
         if block_size not in BLOCK_SIZES:
-            raise ValueError(f"block_size must be one of {BLOCK_SIZES}, got {block_size}")
+            raise SpecError(f"block_size must be one of {BLOCK_SIZES}, got {block_size}")
         return BLOCK_SIZES.index(block_size)
 
     def block_offs(self, block_size: int) -> torch.Tensor:
@@ -74,41 +80,49 @@ class RaggedTensorMetadata:
 
 
 # Gate, expert and tile counts vary from call to call (and model to model): not specialized on, so that
-# one binary per BLOCK_E serves them all (and ogsgen warmup covers them).
-@triton.jit(do_not_specialize=["n_gates", "n_expts_tot"])
+# one binary per BLOCK_E serves them all (and ogsgen warmup covers them). debug=True keeps the device asserts, which
+# check the routing on the GPU without a host synchronization (a failed one is a CUDA error at the next
+# synchronization, with the message printed on stderr).
+@triton.jit(do_not_specialize=["n_gates", "n_expts_tot"], debug=True)
 def _expert_histogram(ExptIndx, Hist, n_gates, n_expts_tot, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     expert = tl.load(ExptIndx + offs, mask=offs < n_gates, other=-1)
-    # -1 marks a dropped (or non-local) gate: it belongs to no expert.
+    tl.device_assert((expert >= -1) & (expert < n_expts_tot),
+                     "ogsgen routing: an expert id is outside [-1, n_expts_tot) (-1 marks a dropped gate)")
+    # -1 marks a dropped (or non-local) gate: it belongs to no expert. (The bound also keeps an id that failed the
+    # assert from counting outside Hist.)
     valid = (expert >= 0) & (expert < n_expts_tot)
     tl.atomic_add(Hist + tl.where(valid, expert, 0), 1, mask=valid, sem="relaxed")
 
 
-@triton.jit(do_not_specialize=["n_expts_tot", "n_tiles"])
-def _ragged_metadata(Hist, SliceOffs, BlockOffs, BlockSchedule, n_expts_tot, n_tiles,
+@triton.jit(do_not_specialize=["n_expts_tot", "n_tiles", "n_rows"], debug=True)
+def _ragged_metadata(Hist, SliceOffs, BlockOffs, BlockSchedule, n_expts_tot, n_tiles, n_rows,
                      BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, SMALLEST_BLOCK: tl.constexpr):
-    # Program (i, j): block size SMALLEST_BLOCK << i, schedule entries [j * BLOCK_T, (j + 1) * BLOCK_T).
-    size_row = tl.program_id(0)
+    # Program (j, i): schedule entries [j * BLOCK_T, (j + 1) * BLOCK_T) of block size SMALLEST_BLOCK << i.
+    size_row = tl.program_id(1)
     block_size = SMALLEST_BLOCK << size_row
     experts = tl.arange(0, BLOCK_E)
     hist = tl.load(Hist + experts, mask=experts < n_expts_tot, other=0)
+    tl.device_assert(hist >= 0, "ogsgen routing: the expert histogram has a negative count")
+    tl.device_assert(tl.sum(hist.to(tl.int64), 0) <= n_rows,
+                     "ogsgen routing: the expert histogram sums to more rows than the call has")
     n_blocks = (hist + block_size - 1) // block_size
     blocks_end = tl.cumsum(n_blocks, 0)
     blocks_start = blocks_end - n_blocks
-    if tl.program_id(1) == 0:
+    if tl.program_id(0) == 0:
         offs_row = BlockOffs + size_row * (n_expts_tot + 1)
         tl.store(offs_row + experts + 1, blocks_end, mask=experts < n_expts_tot)
         tl.store(offs_row, 0)
         if size_row == 0:
             tl.store(SliceOffs + experts + 1, tl.cumsum(hist, 0), mask=experts < n_expts_tot)
             tl.store(SliceOffs, 0)
-    tiles = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tiles = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     # The expert of tile t is the number of experts whose tiles all end at or before t.
     ends_before = blocks_end[None, :] <= tiles[:, None]
     expert = tl.sum(ends_before.to(tl.int32), axis=1)
     start = tl.sum(tl.where(experts[None, :] == expert[:, None], blocks_start[None, :], 0), axis=1)
-    entry = tl.where(expert < n_expts_tot, ((tiles - start) << 16) | expert, -1)
-    tl.store(BlockSchedule + size_row * n_tiles + tiles, entry, mask=tiles < n_tiles)
+    entry = tl.where(expert < n_expts_tot, ((tiles - start).to(tl.int64) << 16) | expert, -1)
+    tl.store(BlockSchedule + size_row.to(tl.int64) * n_tiles + tiles, entry, mask=tiles < n_tiles)
 
 
 def _check_on_device(tensor: torch.Tensor, name: str) -> None:
@@ -118,7 +132,8 @@ def _check_on_device(tensor: torch.Tensor, name: str) -> None:
 
 
 def expert_histogram(expt_indx: torch.Tensor, n_expts_tot: int) -> torch.Tensor:
-    """Rows per expert of a flat int32 expert-id tensor (-1 = dropped), on the device, without a sync."""
+    """Rows per expert of a flat integer expert-id tensor (-1 = dropped), on the device, without a sync. An id
+    outside [-1, n_expts_tot) fails a device assert (the caller checks ids on the host where that is free)."""
     _check_on_device(expt_indx, "the expert ids")
     hist = torch.zeros(n_expts_tot, dtype=torch.int32, device=expt_indx.device)
     n_gates = expt_indx.numel()
@@ -128,24 +143,29 @@ def expert_histogram(expt_indx: torch.Tensor, n_expts_tot: int) -> torch.Tensor:
     return hist
 
 
+def check_row_count(n_rows: int, what: str) -> None:
+    """Refuse a call of more rows than the int32 histograms and indices hold."""
+    if n_rows > MAX_ROWS:
+        raise SpecError(f"{what} is {n_rows} rows (gates); ogsgen's routing holds at most {MAX_ROWS} (int32 "
+                        f"histograms and indices): split the call into fewer tokens")
+
+
 def make_ragged_tensor_metadata(hist: torch.Tensor, n_rows: int) -> RaggedTensorMetadata:
     """Device metadata of ``hist`` (int32, (E,)) for ``n_rows`` rows at most (the host-side bound)."""
     _check_on_device(hist, "hist")
     n_expts_tot = hist.shape[0]
     if n_expts_tot > MAX_EXPERTS:
-        raise ValueError(f"at most {MAX_EXPERTS} experts fit the packed block schedule, got {n_expts_tot}")
+        raise SpecError(f"hist has {n_expts_tot} experts; the packed block schedule holds at most {MAX_EXPERTS}")
+    check_row_count(n_rows, "n_rows")
     n_tiles = max_n_tiles(n_expts_tot, n_rows)
-    if triton.cdiv(n_rows, BLOCK_SIZES[0]) > MAX_BLOCKS:
-        raise ValueError(f"n_rows={n_rows} makes more than {MAX_BLOCKS} row tiles per expert possible; the packed "
-                         f"block schedule holds 15 bits of block index")
     device = hist.device
     slice_offs = torch.empty(n_expts_tot + 1, dtype=torch.int32, device=device)
     block_offs = torch.empty(len(BLOCK_SIZES), n_expts_tot + 1, dtype=torch.int32, device=device)
-    schedule = torch.empty(len(BLOCK_SIZES), n_tiles, dtype=torch.int32, device=device)
+    schedule = torch.empty(len(BLOCK_SIZES), n_tiles, dtype=torch.int64, device=device)
     block_e = max(16, triton.next_power_of_2(n_expts_tot))
     block_t = max(16, min(128, 16384 // block_e))
-    grid = (len(BLOCK_SIZES), max(1, triton.cdiv(n_tiles, block_t)))
-    _ragged_metadata[grid](hist, slice_offs, block_offs, schedule, n_expts_tot, n_tiles, BLOCK_E=block_e,
+    grid = (max(1, triton.cdiv(n_tiles, block_t)), len(BLOCK_SIZES))
+    _ragged_metadata[grid](hist, slice_offs, block_offs, schedule, n_expts_tot, n_tiles, n_rows, BLOCK_E=block_e,
                            BLOCK_T=block_t, SMALLEST_BLOCK=BLOCK_SIZES[0])
     return RaggedTensorMetadata(hist, slice_offs, block_offs, schedule)
 
@@ -162,7 +182,7 @@ def make_ragged_tensor_metadata_torch(hist: torch.Tensor, n_rows: int) -> Ragged
         offs_rows.append(torch.cat([zero, torch.cumsum(n_blocks, 0).int()]))
         experts = torch.repeat_interleave(torch.arange(n_expts_tot, device=hist.device), n_blocks.long())
         blocks = torch.cat([torch.arange(int(n), device=hist.device) for n in n_blocks.tolist()] or [zero[:0]])
-        schedule = torch.full((n_tiles,), -1, dtype=torch.int32, device=hist.device)
-        schedule[:experts.numel()] = ((blocks << 16) | experts).int()
+        schedule = torch.full((n_tiles,), -1, dtype=torch.int64, device=hist.device)
+        schedule[:experts.numel()] = (blocks.long() << 16) | experts
         schedule_rows.append(schedule)
     return RaggedTensorMetadata(hist, slice_offs, torch.stack(offs_rows), torch.stack(schedule_rows))

@@ -2,14 +2,16 @@
 import torch
 
 from ..runtime.types import GatherIndx, RoutingData, ScatterIndx
+from .checks import check_expert_ids
 from .metadata import make_ragged_tensor_metadata_torch
 
 
 def routing_from_topk_torch(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expts_tot: int):
+    check_expert_ids(topk_ids, n_expts_tot)
     n_tokens, n_expts_act = topk_ids.shape
     ids = topk_ids.reshape(-1).tolist()
-    weights = topk_weights.reshape(-1)
-    kept = sorted((expert, gate) for gate, expert in enumerate(ids) if 0 <= expert < n_expts_tot)
+    weights = topk_weights.reshape(-1).float()
+    kept = sorted((expert, gate) for gate, expert in enumerate(ids) if expert >= 0)
     sorted_to_gate = [gate for _, gate in kept] + [-1] * (len(ids) - len(kept))
     gate_to_sorted = [-1] * len(ids)
     for position, (_, gate) in enumerate(kept):
@@ -17,8 +19,7 @@ def routing_from_topk_torch(topk_ids: torch.Tensor, topk_weights: torch.Tensor, 
     device = topk_ids.device
     src = torch.tensor(sorted_to_gate, dtype=torch.int32, device=device)
     dst = torch.tensor(gate_to_sorted, dtype=torch.int32, device=device)
-    gate_scal = torch.where(src >= 0, weights[src.clamp_min(0).long()], torch.zeros((), dtype=weights.dtype,
-                                                                                  device=device))
+    gate_scal = torch.where(src >= 0, weights[src.clamp_min(0).long()], 0.0)
     hist = torch.bincount(torch.tensor([e for e, _ in kept], dtype=torch.long), minlength=n_expts_tot)
     hist = hist.to(torch.int32).to(device)
     routing_data = RoutingData(gate_scal, hist, n_expts_tot, n_expts_act,
@@ -36,4 +37,4 @@ def routing_torch(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False
     scores = scores.gather(1, order)
     if not sm_first:
         scores = torch.softmax(scores, dim=-1)
-    return routing_from_topk_torch(expt_indx, scores.to(logits.dtype), logits.shape[1])
+    return routing_from_topk_torch(expt_indx, scores, logits.shape[1])

@@ -14,7 +14,8 @@ import torch
 
 from ..errors import SpecError
 from ..runtime.types import GatherIndx, RoutingData, ScatterIndx
-from .metadata import expert_histogram, make_ragged_tensor_metadata
+from .checks import check_expert_ids, host_checks_apply
+from .metadata import check_row_count, expert_histogram, make_ragged_tensor_metadata
 
 
 def _check_topk_inputs(topk_ids, topk_weights, n_expts_tot):
@@ -23,9 +24,13 @@ def _check_topk_inputs(topk_ids, topk_weights, n_expts_tot):
                         f"{tuple(topk_ids.shape) if isinstance(topk_ids, torch.Tensor) else type(topk_ids).__name__}")
     if topk_ids.dtype not in (torch.int16, torch.int32, torch.int64):
         raise SpecError(f"topk_ids must hold integer expert ids, got {topk_ids.dtype}")
+    if topk_ids.shape[1] < 1:
+        raise SpecError(f"topk_ids must hold at least one expert per token (k >= 1), got shape {tuple(topk_ids.shape)}")
     if not isinstance(topk_weights, torch.Tensor) or topk_weights.shape != topk_ids.shape:
         raise SpecError(f"topk_weights must be a tensor of topk_ids' shape {tuple(topk_ids.shape)}, got "
                         f"{tuple(topk_weights.shape) if isinstance(topk_weights, torch.Tensor) else topk_weights!r}")
+    if not topk_weights.dtype.is_floating_point:
+        raise SpecError(f"topk_weights must be floating point gate weights, got {topk_weights.dtype}")
     if topk_weights.device != topk_ids.device:
         raise SpecError(f"topk_weights is on {topk_weights.device} but topk_ids is on {topk_ids.device}")
     if not isinstance(n_expts_tot, int) or n_expts_tot < 1:
@@ -36,26 +41,30 @@ def routing_from_topk(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expt
                       expected_tokens_per_expt: int | None = None):
     """Routing for top-k choices made elsewhere (vLLM, expert parallelism).
 
-    topk_ids: (n_tokens, k) expert ids, -1 for a dropped or non-local expert; any k.
-    topk_weights: (n_tokens, k) gate weights, become ``RoutingData.gate_scal`` in sorted order.
+    topk_ids: (n_tokens, k) expert ids in [0, n_expts_tot), -1 for a dropped or non-local expert; any k. Other ids
+    raise SpecError on the CPU and with OGSGEN_DEBUG=1; on a GPU they fail a device assert (no host sync).
+    topk_weights: (n_tokens, k) gate weights, become ``RoutingData.gate_scal`` (float32) in sorted order.
     """
     _check_topk_inputs(topk_ids, topk_weights, n_expts_tot)
     n_tokens, n_expts_act = topk_ids.shape
     device = topk_ids.device
-    flat = topk_ids.reshape(-1).to(torch.int32)
-    n_gates = flat.numel()
-    valid = (flat >= 0) & (flat < n_expts_tot)
+    ids = topk_ids.reshape(-1)  # in the caller's integer dtype: range-checked before anything narrows it
+    n_gates = ids.numel()
+    check_row_count(n_gates, "topk_ids.numel()")
+    if host_checks_apply(ids):
+        check_expert_ids(topk_ids, n_expts_tot)
+    valid = ids >= 0
     # Dropped gates sort after every expert (key E), then get no position.
-    keys = torch.where(valid, flat, n_expts_tot)
+    keys = torch.where(valid, ids, n_expts_tot)
     sorted_to_gate = torch.argsort(keys, stable=True).to(torch.int32)
     gate_to_sorted = torch.empty_like(sorted_to_gate)
     gate_to_sorted.scatter_(0, sorted_to_gate.long(), torch.arange(n_gates, dtype=torch.int32, device=device))
     sorted_valid = valid.gather(0, sorted_to_gate.long())
     sorted_to_gate = torch.where(sorted_valid, sorted_to_gate, -1)
     gate_to_sorted = torch.where(valid, gate_to_sorted, -1)
-    weights = topk_weights.reshape(-1)
-    gate_scal = torch.where(sorted_valid, weights.gather(0, sorted_to_gate.clamp_min(0).long()), 0)
-    hist = expert_histogram(flat, n_expts_tot)
+    weights = topk_weights.reshape(-1).float()
+    gate_scal = torch.where(sorted_valid, weights.gather(0, sorted_to_gate.clamp_min(0).long()), 0.0)
+    hist = expert_histogram(ids, n_expts_tot)  # asserts the ids' range on the device
     routing_data = RoutingData(gate_scal, hist, n_expts_tot, n_expts_act,
                                expt_data=make_ragged_tensor_metadata(hist, n_gates),
                                expected_tokens_per_expt=expected_tokens_per_expt)
@@ -67,8 +76,8 @@ def routing(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False, expt
     """Top-``n_expts_act`` routing of router ``logits`` (n_tokens, E).
 
     Each token's experts are sorted by id; gate weights are the softmax over the selected logits
-    (``sm_first``: the softmax over all logits, taken before the top-k). ``expt_indx`` (n_tokens, k)
-    gives the experts instead of the top-k.
+    (``sm_first``: the softmax over all logits, taken before the top-k), float32 whatever the logits' dtype (what
+    ``matmul_ogs`` takes as gammas). ``expt_indx`` (n_tokens, k) gives the experts instead of the top-k.
     """
     if not isinstance(logits, torch.Tensor) or logits.ndim != 2:
         raise SpecError("logits must be a (n_tokens, n_expts_tot) tensor")
@@ -84,9 +93,14 @@ def routing(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False, expt
         if tuple(expt_indx.shape) != (logits.shape[0], n_expts_act):
             raise SpecError(f"expt_indx must have shape ({logits.shape[0]}, {n_expts_act}), "
                             f"got {tuple(expt_indx.shape)}")
+        if expt_indx.dtype not in (torch.int16, torch.int32, torch.int64) or expt_indx.device != logits.device:
+            raise SpecError(f"expt_indx must hold integer expert ids on {logits.device}, got {expt_indx.dtype} on "
+                            f"{expt_indx.device}")
+        if host_checks_apply(expt_indx):
+            check_expert_ids(expt_indx, n_expts_tot, "expt_indx", dropped=False)
         scores = scores.gather(1, expt_indx.long())
     expt_indx, order = torch.sort(expt_indx.to(torch.int32), dim=-1, stable=True)
     scores = scores.gather(1, order)
     if not sm_first:
         scores = torch.softmax(scores, dim=-1)
-    return routing_from_topk(expt_indx, scores.to(logits.dtype), n_expts_tot)
+    return routing_from_topk(expt_indx, scores, n_expts_tot)

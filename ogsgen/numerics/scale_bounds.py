@@ -10,6 +10,8 @@ cannot be recorded; their calls take two multiplies.
 """
 import torch
 
+from ..errors import SpecTypeError
+
 LARGEST_SMALL_CODE = 128                     # scale 2 ** (128 - 127)
 _RECORD = "_ogsgen_largest_scale_code"       # (version, largest code) on the storage's owning tensor
 
@@ -29,7 +31,7 @@ def bound_mx_scales(scales: torch.Tensor) -> int:
     reduction and one host-device synchronization), recorded for ``matmul_ogs``. Returns it; at most 128 (all
     scales <= 2) lets the hopper mxfp4 kernels upcast with one multiply."""
     if not isinstance(scales, torch.Tensor) or scales.dtype != torch.uint8:
-        raise TypeError(f"scales must be a uint8 tensor of e8m0 codes, got {type(scales).__name__}"
+        raise SpecTypeError(f"scales must be a uint8 tensor of e8m0 codes, got {type(scales).__name__}"
                         f"{'' if not isinstance(scales, torch.Tensor) else ' of ' + str(scales.dtype)}")
     owner = _owner(scales)
     largest = int(owner.max()) if owner.numel() else 0

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ..errors import SpecError
+
 RAGGED_ROWS_BOUND = 1 << 30
 _LEADING_BOUND = 0x7FFF0000  # any bound above RAGGED_ROWS_BOUND + the rows of any tensor
 
@@ -26,7 +28,7 @@ def ragged_rows_descriptor(t: torch.Tensor, block_rows: int, block_cols: int) ->
     """A ragged descriptor of the 2-D tensor ``t`` (rows, columns) with (block_rows, block_cols) boxes."""
     rows, cols = t.shape
     if rows >= RAGGED_ROWS_BOUND:
-        raise ValueError(f"a ragged descriptor addresses fewer than {RAGGED_ROWS_BOUND} rows, got {rows}")
+        raise SpecError(f"a ragged descriptor addresses fewer than {RAGGED_ROWS_BOUND} rows, got {rows}")
     stride = t.stride(0)
     return TensorDescriptor(t, [_LEADING_BOUND, _LEADING_BOUND, RAGGED_ROWS_BOUND, cols],
                             [2**34 - stride, stride, stride, t.stride(1)], [1, 1, block_rows, block_cols])

@@ -12,7 +12,8 @@ from triton.runtime.errors import OutOfResources
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..codegen.render import ARG_PREFIX
-from ..errors import SpecError, UnsupportedError
+from ..errors import SpecError, SpecTypeError, UnsupportedError
+from ..moe import checks as routing_checks
 from ..moe.gather import gather_rows_launch
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
@@ -20,7 +21,7 @@ from ..numerics.mx import MX_BLOCK
 from ..numerics.scale_bounds import scales_at_most_2
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan, topk_split_k_plan
-from . import launcher, loader, plans, wgmma_hazards
+from . import launcher, loader, memory, plans, wgmma_hazards
 from .descriptors import ragged_rows_descriptor
 from .opt_flags import OptFlags, current_constraints, make_opt_flags, reduce_tile, row_tiles
 from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
@@ -52,7 +53,7 @@ def _check_tensor(value, name: str, ndims=None, dtype=None):
     if value is None:
         return
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+        raise SpecTypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     if ndims is not None and value.ndim not in ndims:
         raise SpecError(f"{name} must have {' or '.join(map(str, ndims))} dimensions, got shape {tuple(value.shape)}")
     if dtype is not None and value.dtype != dtype:
@@ -70,10 +71,10 @@ def _check_vector(value, name: str, length: int, dtype):
                         f"{tuple(value.shape)} and stride {value.stride()}")
 
 
-def _check_devices(x, **others):
+def _check_devices(x, tensors: dict):
     device = x.device
-    for name, t in others.items():
-        if t is not None and t.device != device:
+    for name, t in tensors.items():
+        if t.device != device:
             raise SpecError(f"{name} is on {t.device} but x is on {device}; move all tensors to one device")
     if device.type != "cuda" and not _interpreting():
         raise SpecError(f"x is on {device}; matmul_ogs runs on a CUDA device "
@@ -270,7 +271,7 @@ def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n):
 def _check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) -> tuple[int, int]:
     """Validate the MoE arguments; returns (sorted rows, output rows)."""
     if not isinstance(routing_data, RoutingData):
-        raise TypeError(f"routing_data must be a RoutingData, got {type(routing_data).__name__}")
+        raise SpecTypeError(f"routing_data must be a RoutingData, got {type(routing_data).__name__}")
     n_expts, k = routing_data.n_expts_tot, routing_data.n_expts_act
     if not isinstance(n_expts, int) or n_expts < 1 or not isinstance(k, int) or not 1 <= k <= n_expts:
         raise SpecError(f"routing_data needs 1 <= n_expts_act <= n_expts_tot, got n_expts_act={k!r}, "
@@ -301,28 +302,33 @@ def _check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) -
     return n_rows, (n_rows // k if scatter_indx is not None else n_rows)
 
 
-def check_routing_data(routing_data: RoutingData, gather_indx=None, scatter_indx=None) -> None:
-    """Check that the histogram matches the indices (reads them back: a host synchronization).
-
-    ``matmul_ogs`` calls it for every MoE call when ``OGSGEN_DEBUG=1``.
-    """
-    hist = routing_data.expt_hist.long()
-    n_routed = int(hist.sum())
+def _named_tensors(x, w, bias, routing_data, gather_indx, scatter_indx, pc: PrecisionConfig, betas, gammas, y, act,
+                   epi, y_acc_in) -> tuple[dict, dict]:
+    """(written, read): a call's tensors by argument name, those the kernels write (y, an MX output's scales, a
+    flexpoint output's actual scale) and the others; non-tensors (a function's float arguments) are left out."""
+    flex = pc.flex_ctx
+    written = {"y": y, "precision_config.out_scale": pc.out_scale,
+               "precision_config.flex_ctx.out_data.actual_scale": flex.out_data.actual_scale}
+    read = {"x": x, "w": w, "bias": bias, "betas": betas, "gammas": gammas, "y_acc_in": y_acc_in,
+            "precision_config.weight_scale": pc.weight_scale,
+            "precision_config.flex_ctx.lhs_data.scale": flex.lhs_data.scale,
+            "precision_config.flex_ctx.rhs_data.scale": flex.rhs_data.scale,
+            "precision_config.flex_ctx.out_data.expected_scale": flex.out_data.expected_scale}
+    if routing_data is not None:
+        read["routing_data.expt_hist"] = routing_data.expt_hist
+        meta = routing_data.expt_data
+        if meta is not None:
+            read.update({f"routing_data.expt_data.{field}": getattr(meta, field) for field in (
+                "slice_sizes", "slice_offs", "block_offs_data", "block_schedule_data")})
     for name, index in (("gather_indx", gather_indx), ("scatter_indx", scatter_indx)):
-        if index is None:
-            continue
-        sorted_to_gate = index.src_indx if name == "gather_indx" else index.dst_indx
-        gate_to_sorted = index.dst_indx if name == "gather_indx" else index.src_indx
-        n_kept = int((sorted_to_gate >= 0).sum())
-        if n_kept != n_routed:
-            raise SpecError(f"{name}: {n_kept} routed rows but routing_data.expt_hist sums to {n_routed}; the "
-                            f"histogram does not match the indices")
-        positions = torch.arange(n_kept, device=hist.device)
-        if not torch.equal(gate_to_sorted[sorted_to_gate[:n_kept].long()].long(), positions):
-            raise SpecError(f"{name}: src_indx and dst_indx are not inverse permutations of each other")
-    meta = routing_data.expt_data
-    if meta is not None and not torch.equal(meta.slice_sizes.long(), hist):
-        raise SpecError("routing_data.expt_data was computed for another histogram than routing_data.expt_hist")
+        if index is not None:
+            read.update({f"{name}.src_indx": index.src_indx, f"{name}.dst_indx": index.dst_indx})
+    for name, values in (("fused_activation.fn_args", act.fn_args),
+                         ("epilogue.fn_arg_values_matmul", epi.fn_arg_values_matmul),
+                         ("epilogue.fn_arg_values_finalize", epi.fn_arg_values_finalize)):
+        read.update({f"{name}[{i}]": value for i, value in enumerate(values)})
+    return ({n: t for n, t in written.items() if isinstance(t, torch.Tensor)},
+            {n: t for n, t in read.items() if isinstance(t, torch.Tensor)})
 
 
 # --------------------------------------------------------------------------------------------
@@ -439,7 +445,10 @@ def _matmul_launch(variant: KernelVariant, call: _Launch, flags, out: torch.Tens
     else:
         args, grid = _tiled_operand_args(variant, call, flags, out, split_k)
     args.update(out_alpha=1.0 if out_alpha is None else float(out_alpha), N=call.n, K=call.k,
-                BLOCK_M=flags.block_m, BLOCK_N=flags.block_n, BLOCK_K=flags.block_k, GROUP_M=flags.group_m)
+                BLOCK_M=flags.block_m, BLOCK_N=flags.block_n, BLOCK_K=flags.block_k, GROUP_M=flags.group_m,
+                OFFSETS_64=memory.needs_64bit_offsets(
+                    (call.x, (-1,)), (call.w, (-2, -1)), (out, (0, -1) if split_k > 1 else (-1,)), (y_acc_in, (-1,)),
+                    (call.pc.weight_scale, (-2, -1)), (call.pc.out_scale, (-1,))))
     if not ragged:
         args["M"] = call.m
     if "YDesc" not in args:
@@ -601,7 +610,8 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
     block_m, block_n, num_warps = reduce_tile(n, variant.reduction_n)
     args = dict(Y=out, stride_y_b=out.stride(0), stride_y_m=out.stride(1), stride_y_n=out.stride(2),
                 X=parts, stride_x_m=parts.stride(-2), stride_x_n=parts.stride(-1), M=m, N=n,
-                BLOCK_M=block_m, BLOCK_N=block_n)
+                BLOCK_M=block_m, BLOCK_N=block_n,
+                OFFSETS_64=memory.needs_64bit_offsets((parts, (-1,)), (out, (-1,)), (call.pc.out_scale, (-1,))))
     if variant.scatter:
         split = parts.ndim == 3
         args.update(ScatterSrcIndx=scatter_src, S=scatter_src.shape[0] // m, stride_x_s=parts.stride(0) if split else 0,
@@ -645,8 +655,10 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     pc = precision_config if precision_config is not None else _DEFAULT_PRECISION
     act = fused_activation if fused_activation is not None else _NO_ACTIVATION
     epi = epilogue if epilogue is not None else _NO_EPILOGUE
+    if torch.is_grad_enabled() and _requires_grad(x, w, bias, betas, gammas, y_acc_in):
+        _refuse_gradients(x=x, w=w, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in)
     tensors = signature = None
-    if fused_comm is None and inner_routing_data is None and not DEBUG_CHECKS:
+    if fused_comm is None and inner_routing_data is None and not routing_checks.DEBUG:
         try:
             tensors, signature = _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
                                                  gammas, out_alpha, y, act, epi, y_acc_in)
@@ -654,13 +666,44 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         except (AttributeError, TypeError):  # a malformed argument (the checked path says which) or unhashable
             tensors = plan = None
         if plan is not None:
+            if routing_data is not None and routing_data.expt_hist is not None and \
+                    routing_checks.host_checks_apply(x):
+                _check_routing_on_host(x, routing_data, gather_indx, scatter_indx)
             return plan.run(tensors)
     with plans.recording() as rec:
-        y = _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha,
-                                y, fused_comm, act, epi, y_acc_in, inner_routing_data)
-    if tensors is not None and (plan := plans.build(rec, tensors, y)) is not None:
-        plans.store(signature, plan)
-    return y
+        y_out = _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas,
+                                    out_alpha, y, fused_comm, act, epi, y_acc_in, inner_routing_data)
+    if tensors is not None:
+        guard = memory.DisjointGuard(tensors, _WRITTEN, _SAME_ALLOWED) if y is not None or \
+            pc.out_scale is not None or pc.flex_ctx.out_data.actual_scale is not None else None
+        if (plan := plans.build(rec, tensors, y_out, guard)) is not None:
+            plans.store(signature, plan)
+    return y_out
+
+
+def _requires_grad(*tensors) -> bool:
+    for t in tensors:  # a plain loop: any() over a generator costs microseconds on every call
+        if t is not None and getattr(t, "requires_grad", False):
+            return True
+    return False
+
+
+def _refuse_gradients(**tensors):
+    for name, t in tensors.items():
+        if getattr(t, "requires_grad", False):
+            raise UnsupportedError(f"{name} requires grad, but matmul_ogs has no autograd yet: its result would have "
+                                   f"no gradient. Call it under torch.no_grad() or pass {name}.detach()")
+
+
+def _check_routing_on_host(x, routing_data, gather_indx, scatter_indx):
+    n_rows = gather_indx.src_indx.numel() if gather_indx is not None else x.shape[-2]
+    routing_checks.check_routing_data(routing_data, n_rows, gather_indx, scatter_indx)
+
+
+# Positions in _call_signature's tensor list of the tensors the kernels write (y, precision_config.out_scale,
+# precision_config.flex_ctx.out_data.actual_scale), and of y_acc_in, which may be y itself.
+_WRITTEN = (5, 8, 13)
+_SAME_ALLOWED = ((5, 6),)
 
 
 def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
@@ -697,11 +740,6 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
                  if isinstance(t, torch.Tensor) else (t.__class__, t) for t in tensors]
     tensors += derived
     return tensors, (*scalars, *described)
-
-
-# OGSGEN_DEBUG=1 (read once, at import): every MoE call checks its routing against the indices (a host
-# synchronization) and takes the checked path.
-DEBUG_CHECKS = os.environ.get("OGSGEN_DEBUG", "0") == "1"
 
 
 def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y,
@@ -761,7 +799,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     if betas is not None and bias is None:
         raise SpecError("betas scale the bias, but bias is None; pass a bias or drop betas")
     if out_alpha is not None and not isinstance(out_alpha, (int, float)):
-        raise TypeError(f"out_alpha must be a Python float, got {type(out_alpha).__name__}")
+        raise SpecTypeError(f"out_alpha must be a Python float, got {type(out_alpha).__name__}")
     out_shape = (batch, out_rows, n_out) if batched else (out_rows, n_out)
     shapes = (out_shape,) if batched else (out_shape, (1, out_rows, n_out))  # a single matmul: 2-D or 3-D
     for name, buffer in (("y", y), ("y_acc_in", y_acc_in)):
@@ -781,16 +819,17 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                         f"set precision_config.out_dtype={y.dtype} or pass a {out_dtype} y")
     if y_acc_in is not None and scatter_indx is not None:
         raise SpecError("y_acc_in cannot be combined with scatter_indx: accumulate after the scatter instead")
-    index_tensors = {} if not ragged else {
-        "routing_data.expt_hist": routing_data.expt_hist,
-        "gather_indx.src_indx": gather_indx.src_indx if gather_indx is not None else None,
-        "scatter_indx.dst_indx": scatter_indx.dst_indx if scatter_indx is not None else None}
-    _check_devices(x=x, w=w, bias=bias, betas=betas, gammas=gammas, y=y, y_acc_in=y_acc_in, **index_tensors)
+    written, read = _named_tensors(x, w, bias, routing_data if ragged else None, gather_indx, scatter_indx, pc, betas,
+                                   gammas, y, act, epi, y_acc_in)
+    _check_devices(x, {**read, **written})
     if batch > _MAX_GRID_Y:
         raise SpecError(f"batched x has B={batch} > {_MAX_GRID_Y} entries, more than one launch covers; "
                         f"split the batch")
-    if ragged and DEBUG_CHECKS:
-        check_routing_data(routing_data, gather_indx, scatter_indx)
+    if ragged and routing_checks.host_checks_apply(x):
+        _check_routing_on_host(x, routing_data, gather_indx, scatter_indx)
+    # The tensors a call writes overlap none of its other tensors, except y_acc_in that is y itself (in-place
+    # accumulation: each tile reads its elements before it writes them).
+    memory.check_outputs_disjoint(written, read, same_allowed=(("y", "y_acc_in"),))
     if y is None:
         y = plans.new_buffer(out_shape, out_dtype, x.device)
     if batch * out_rows * n_out == 0:

@@ -35,12 +35,14 @@ _plans: dict[tuple, Plan] = {}
 
 
 def lookup(signature: tuple, tensors: list) -> Plan | None:
-    """The plan of a call with this signature and these tensors, if one was built."""
+    """The plan of a call with this signature and these tensors, if one was built and its guard admits them."""
     plan = _plans.get(signature)
     if plan is not None:
         for i, j in plan.aliases:
             if tensors[i] is not tensors[j]:
                 return None
+        if plan.guard is not None and not plan.guard(tensors):
+            return None
     return plan
 
 
@@ -157,11 +159,12 @@ class Plan:
     """The steps of a recorded call; ``run(tensors)`` replays them on another call's tensors (in the order the
     recorded call's were given, a list the buffers are appended to) and returns the output. ``aliases``: pairs
     of positions that held one object in the recorded call and must again, as the steps read it from the
-    first."""
-    __slots__ = ("steps", "result", "aliases")
+    first. ``guard``: None, or a predicate of the tensors that the caller's checks need to hold beyond the
+    signature (outputs that overlap no input), whose failure sends the call down the checked path."""
+    __slots__ = ("steps", "result", "aliases", "guard")
 
-    def __init__(self, steps: tuple, result: int, aliases: tuple):
-        self.steps, self.result, self.aliases = steps, result, aliases
+    def __init__(self, steps: tuple, result: int, aliases: tuple, guard=None):
+        self.steps, self.result, self.aliases, self.guard = steps, result, aliases, guard
 
     def run(self, tensors: list):
         for step in self.steps:
@@ -169,9 +172,9 @@ class Plan:
         return tensors[self.result]
 
 
-def build(rec: Recording, tensors: list, result) -> Plan | None:
-    """The plan of a recorded call whose arguments were ``tensors`` and whose output was ``result``; None when
-    its steps cannot be replayed from those alone."""
+def build(rec: Recording, tensors: list, result, guard=None) -> Plan | None:
+    """The plan of a recorded call whose arguments were ``tensors`` and whose output was ``result`` (with the
+    guard ``guard``, see :class:`Plan`); None when its steps cannot be replayed from those alone."""
     if not rec.plannable:
         return None
     slot_of: dict[int, int] = {}
@@ -231,4 +234,4 @@ def build(rec: Recording, tensors: list, result) -> Plan | None:
             steps.append(_Launch(kernel, grid, options, compiling, tuple(template), tuple(slots), tuple(descriptors),
                                  launch_again))
     index = slot(result)
-    return None if index is None else Plan(tuple(steps), index, tuple(sorted(aliases)))
+    return None if index is None else Plan(tuple(steps), index, tuple(sorted(aliases)), guard)

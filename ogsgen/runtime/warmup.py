@@ -113,9 +113,12 @@ class RoutingWarmup:
         return f"routing kernels, {self.n_experts} experts"
 
     def run(self, device) -> None:
-        from ..moe.routing import routing
+        from ..moe.routing import routing, routing_from_topk
 
-        routing(torch.randn(_TOKENS, self.n_experts, device=device), 2)
+        logits = torch.randn(_TOKENS, self.n_experts, device=device)
+        routing(logits, 2)
+        weights, ids = torch.topk(logits, 2)  # int64 ids, as torch.topk gives them: a histogram binary of their own
+        routing_from_topk(ids, weights, self.n_experts)
 
 
 @dataclass

@@ -18,6 +18,7 @@ pipelined loads and register-fed wgmmas stay as they are.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from triton import knobs
 
+from ..errors import OgsgenError
 from ..numerics.jit import WGMMA_WAITS_MARKER
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
@@ -119,16 +121,49 @@ def sass_of(cubin: bytes) -> str:
         os.remove(f.name)
 
 
-class RegisterOperandHazard(RuntimeError):
+class RegisterOperandHazard(OgsgenError, RuntimeError):
     """A compiled kernel has the ptxas hazard above; its results could be wrong."""
 
 
-CHECK_VERSION = 1  # part of the verdict cache's path: a changed check does not reuse old verdicts
+# The verdict cache's format and check version (part of its path too, so a changed check does not reuse old
+# verdicts). Version 1 kept a bare message, and an empty or truncated file read as "clean".
+CHECK_VERSION = 2
 
 
 def _verdict_path(binary_hash: str) -> Path:
     from .loader import cache_dir
     return cache_dir() / "wgmma-checks" / f"v{CHECK_VERSION}" / binary_hash
+
+
+def _read_verdict(path: Path, binary_hash: str) -> str | None:
+    """The kept verdict of a binary ('' when clean, else the hazard), or None when there is none or the file is not
+    a whole, well-formed verdict of this check version for this binary (a crash mid-write, another tool's file):
+    the binary is then checked again."""
+    try:
+        record = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not (isinstance(record, dict) and record.get("check") == CHECK_VERSION and record.get("binary") == binary_hash
+            and isinstance(record.get("hazards"), int) and isinstance(record.get("message"), str)
+            and (record["hazards"] == 0) == (record["message"] == "")):
+        return None
+    return record["message"]
+
+
+def _keep_verdict(path: Path, binary_hash: str, hazards: int, message: str) -> None:
+    """Write a verdict atomically and durably (a reader sees a whole verdict or none); a cache only: a folder that
+    cannot be written costs the next process the check again."""
+    record = json.dumps({"check": CHECK_VERSION, "binary": binary_hash, "hazards": hazards, "message": message})
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write(record)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
 
 
 def check_compiled(compiled) -> None:
@@ -138,9 +173,8 @@ def check_compiled(compiled) -> None:
     compiler versions), so a later process skips the disassembly (a few tenths of a second per binary).
     """
     path = _verdict_path(compiled.hash)
-    try:
-        verdict = path.read_text()
-    except OSError:
+    verdict = _read_verdict(path, compiled.hash)
+    if verdict is None:
         try:
             sass = sass_of(compiled.asm["cubin"])
         except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:  # no usable nvdisasm: assume it
@@ -149,13 +183,7 @@ def check_compiled(compiled) -> None:
         hazards = find_hazards(sass)
         verdict = (f"{compiled.name}: {len(hazards)} writes to in-flight wgmma A registers, first: {hazards[0]}"
                    if hazards else "")
-        try:  # a cache only: an unwritable folder costs the next process the check again
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            temporary.write_text(verdict)
-            os.replace(temporary, path)
-        except OSError:
-            pass
+        _keep_verdict(path, compiled.hash, len(hazards), verdict)
     if verdict:
         raise RegisterOperandHazard(verdict)
 

@@ -55,7 +55,12 @@ def _is_jit_function(obj) -> bool:
 
 
 def _plain_source(jit_fn) -> str:
-    src = textwrap.dedent(inspect.getsource(jit_fn.fn))
+    try:
+        src = textwrap.dedent(inspect.getsource(jit_fn.fn))
+    except (OSError, TypeError) as exc:
+        raise SpecError(f"the source of {getattr(jit_fn, '__name__', jit_fn)!r} cannot be read ({exc}); ogsgen "
+                        f"identifies and renders functions by their source: define it in a .py file, not in an "
+                        f"interactive session or through exec") from None
     lines = src.splitlines()
     start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("def "))
     return "\n".join(line.rstrip() for line in lines[start:]) + "\n"

@@ -1,0 +1,90 @@
+"""What a call's tensors span in memory: whether outputs overlap inputs, and whether offsets need 64 bits."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import SpecError
+
+# Triton computes an offset `index * stride` in 32 bits when both fit in 32 bits (the kernels widen row, batch and
+# expert indices themselves); a span of 2**31 elements or more needs the kernels' 64-bit-offset specialization.
+OFFSET_LIMIT = 1 << 31
+
+
+def span(t: torch.Tensor | None, dims: tuple[int, ...]) -> int:
+    """Elements between the first and the last element of ``t`` along ``dims`` (0 for an empty or absent tensor)."""
+    if t is None or t.numel() == 0:
+        return 0
+    return sum((t.shape[d] - 1) * abs(t.stride(d)) for d in dims)
+
+
+def needs_64bit_offsets(*tensor_dims) -> bool:
+    """Whether any (tensor, dims) pair spans 2**31 elements or more along the dims a kernel indexes in 32 bits."""
+    return any(span(t, dims) >= OFFSET_LIMIT for t, dims in tensor_dims)
+
+
+def byte_extent(t: torch.Tensor) -> tuple[int, int] | None:
+    """(lowest, highest + 1) byte offset of ``t``'s elements relative to ``t.data_ptr()``; None when empty."""
+    if t.numel() == 0:
+        return None
+    low = high = 0
+    for size, stride in zip(t.shape, t.stride()):
+        reach = (size - 1) * stride
+        if reach < 0:
+            low += reach
+        else:
+            high += reach
+    size = t.element_size()
+    return low * size, (high + 1) * size
+
+
+def _overlap(a_start: int, a_extent, b_start: int, b_extent) -> bool:
+    return a_extent is not None and b_extent is not None and \
+        a_start + a_extent[0] < b_start + b_extent[1] and b_start + b_extent[0] < a_start + a_extent[1]
+
+
+def same_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` and ``b`` address exactly the same elements in the same order (in-place accumulation: y_acc_in is y)."""
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+
+
+def check_outputs_disjoint(written: dict, read: dict, same_allowed: tuple = ()) -> None:
+    """Raise SpecError when a written tensor shares memory with another argument of the call (a kernel would read
+    what it, or another program, already overwrote). ``same_allowed``: (written name, read name) pairs that may
+    address exactly the same elements (each element is read before the same program writes it)."""
+    written = {name: t for name, t in written.items() if isinstance(t, torch.Tensor)}
+    others = {**read, **written}
+    for name, out in written.items():
+        extent = byte_extent(out)
+        for other_name, other in others.items():
+            if other_name == name or not isinstance(other, torch.Tensor):
+                continue
+            if (name, other_name) in same_allowed and same_elements(out, other):
+                continue
+            if _overlap(out.data_ptr(), extent, other.data_ptr(), byte_extent(other)):
+                raise SpecError(f"{name} overlaps {other_name} in memory: the kernels would overwrite what they "
+                                f"still read; pass a separate {name} (or {other_name}.clone())")
+
+
+class DisjointGuard:
+    """The check of :func:`check_outputs_disjoint` for calls of one signature, on the positions of the call's
+    tensor list: extents are the signature's, so a replay compares addresses only. ``__call__(tensors)`` is True
+    when the written tensors overlap nothing (beyond the allowed identical pairs)."""
+    __slots__ = ("positions", "pairs")
+
+    def __init__(self, tensors: list, written: tuple[int, ...], same_allowed: tuple = ()):
+        extents = [byte_extent(t) if isinstance(t, torch.Tensor) else None for t in tensors]
+        self.pairs = tuple((i, extents[i], j, extents[j], (i, j) in same_allowed)
+                           for i in written if extents[i] is not None
+                           for j in range(len(tensors)) if j != i and extents[j] is not None)
+        self.positions = tuple(sorted({p for i, _, j, _, _ in self.pairs for p in (i, j)}))
+
+    def __call__(self, tensors: list) -> bool:
+        if not self.pairs:
+            return True
+        start = {p: tensors[p].data_ptr() for p in self.positions}
+        for i, extent_i, j, extent_j, same_allowed in self.pairs:
+            if same_allowed and start[i] == start[j]:
+                continue  # identical extents (the signature's) at one address: the same elements
+            if _overlap(start[i], extent_i, start[j], extent_j):
+                return False
+        return True
