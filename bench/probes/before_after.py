@@ -1,0 +1,106 @@
+"""Probe (needs a CUDA GPU): the bench's ogsgen cases on this tree against an earlier tree, in one process.
+
+    git worktree add /tmp/base <commit> && bench/probes/stage_base.sh /tmp/base .base   # here, before the run
+    PYTHONPATH=.:.base python bench/probes/before_after.py --out DIR [--base-name ogsgen_base]
+
+The earlier tree is imported as another package (``stage_base.sh`` copies it under the name ``ogsgen_base``,
+templates/ and generated/ beside it), so that both libraries run on one machine start, at one clock state: every
+case of bench/bench_moe.py (MoE shapes x formats x tokens, dense shapes) builds its inputs once per library (each
+its own routing and weight layout from the same draws), checks the two outputs are bitwise equal, and times both
+in turns (the bench's CUDA-graph rounds), then the host time of one replayed eager call of gpt-oss w1 T=1 (the
+bench's host-overhead case) and of the same call with a preallocated y (which this tree's overlap guard checks),
+alternating libraries over several rounds. Writes DIR/before_after.csv and DIR/before_after.md.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_moe import (DENSE_SHAPES, MOE_SHAPES, case_logits, dense_cases, graph_medians,  # noqa: E402
+                       host_overhead_us, moe_cases, write_csv)
+
+import ogsgen  # noqa: E402
+
+SLOWER_LIMIT = 1.02  # issue 28: no case more than 2% slower than before
+
+
+def ogsgen_call(cases):
+    return next(fn for impl, fn, _, _ in cases if impl == "ogsgen")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--base-name", default="ogsgen_base")
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 32, 256, 2048, 8192])
+    parser.add_argument("--host-rounds", type=int, default=5)
+    args = parser.parse_args()
+    base = importlib.import_module(args.base_name)
+    args.out.mkdir(parents=True, exist_ok=True)
+    libraries = {"this tree": ogsgen, "base": base}
+    cases = [(f"{name} {fmt} T={tokens}", lambda lib, n=name, f=fmt, t=tokens: moe_cases(n, t, f, None, lib=lib))
+             for name in MOE_SHAPES for fmt in ("bf16", "mxfp4") for tokens in args.tokens]
+    cases += [(f"dense bf16 {m}x{n}x{k}", lambda lib, m=m, n=n, k=k: dense_cases(m, n, k, None, lib=lib))
+              for m, n, k in DENSE_SHAPES]
+    rows = []
+    for label, make in cases:
+        fns = [ogsgen_call(make(lib)) for lib in libraries.values()]
+        outputs = [fn() for fn in fns]
+        equal = torch.equal(outputs[0], outputs[1])
+        del outputs
+        times = graph_medians(fns)
+        row = dict(case=label, this_us=f"{times[0] * 1e3:.2f}", base_us=f"{times[1] * 1e3:.2f}",
+                   ratio=f"{times[0] / times[1]:.4f}", bitwise_equal=equal)
+        rows.append(row)
+        print(f"{label:36s} this {row['this_us']:>10s} us  base {row['base_us']:>10s} us  ratio {row['ratio']}  "
+              f"equal {equal}", flush=True)
+        torch.cuda.empty_cache()
+    host = {lib: [] for lib in libraries}
+    host_y = {lib: [] for lib in libraries}
+    calls = {lib: ogsgen_call(moe_cases("gpt-oss w1", 1, "bf16", None, lib=module)) for lib, module in libraries.items()}
+    with_y = {lib: _with_y(module) for lib, module in libraries.items()}
+    for _ in range(args.host_rounds):
+        for lib in libraries:
+            host[lib].append(host_overhead_us(calls[lib], calls=2000))
+            host_y[lib].append(host_overhead_us(with_y[lib], calls=2000))
+    for label, samples in (("host us per eager call, gpt-oss w1 T=1 bf16", host),
+                           ("same with a preallocated y", host_y)):
+        this, before = statistics.median(samples["this tree"]), statistics.median(samples["base"])
+        rows.append(dict(case=label, this_us=f"{this:.2f}", base_us=f"{before:.2f}", ratio=f"{this / before:.4f}",
+                         bitwise_equal=""))
+        print(f"{label}: this {this:.2f} us, base {before:.2f} us (medians of {args.host_rounds} rounds: "
+              f"{samples})", flush=True)
+    write_csv(rows, args.out / "before_after.csv")
+    (args.out / "before_after.md").write_text(table(rows))
+
+
+def _with_y(lib):
+    """gpt-oss w1 T=1 bf16 into a preallocated y (inputs drawn as the bench's case draws them)."""
+    name, tokens = "gpt-oss w1", 1
+    n_expts, top_k, k, n, _ = MOE_SHAPES[name]
+    rd, gi, _ = lib.routing(case_logits(name, tokens), top_k)
+    x = torch.randn(tokens, k, device="cuda").bfloat16()
+    w = torch.randn(n_expts, k, n, device="cuda").bfloat16()
+    y = torch.empty(tokens * top_k, n, device="cuda").bfloat16()
+    return lambda: lib.matmul_ogs(x, w, None, rd, gather_indx=gi, y=y)
+
+
+def table(rows) -> str:
+    lines = ["| case | this tree (µs) | base (µs) | this / base | outputs bitwise equal |", "|---|---|---|---|---|"]
+    lines += [f"| {r['case']} | {r['this_us']} | {r['base_us']} | {r['ratio']} | {r['bitwise_equal']} |" for r in rows]
+    slower = [r for r in rows if r["bitwise_equal"] != "" and float(r["ratio"]) > SLOWER_LIMIT]
+    unequal = [r["case"] for r in rows if r["bitwise_equal"] is False]
+    lines += ["", f"Cases slower than {SLOWER_LIMIT}x the base: "
+              + (", ".join(f"{r['case']} ({r['ratio']})" for r in slower) or "none") + ".",
+              "Cases whose outputs differ from the base's: " + (", ".join(unequal) or "none") + "."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
