@@ -62,7 +62,7 @@ def test_bad_call(mutate, exc, message, device):
 def test_cpu_tensors_without_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     x, w = _xw("cpu")
-    with pytest.raises(SpecError, match="runs on a CUDA device"):
+    with pytest.raises(SpecError, match="x is on cpu; ogsgen.s kernels run on a CUDA device"):
         matmul_ogs(x, w, None)
 
 

@@ -6,8 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..devices import check_kernel_device
 from ..errors import SpecError
-from .metadata import _check_on_device
 
 # Measured on the H200 (bench/probes/gather_copy.py, bench/results/2026-12-01n-probes): 8 rows x 256 columns per
 # program, 4 warps, is within 2% of the fastest of ten tiles on gpt-oss w1 and DeepSeek-V3 w1 at T=2048 and 8192,
@@ -46,7 +46,7 @@ def gather_rows(x: torch.Tensor, gate_indx: torch.Tensor, n_expts_act: int) -> t
         raise SpecError(f"gate_indx is on {gate_indx.device} but x is on {x.device}; pass both on one device")
     if not isinstance(n_expts_act, int) or n_expts_act < 1:
         raise SpecError(f"n_expts_act must be a positive int (the routing's top-k), got {n_expts_act!r}")
-    _check_on_device(x, "x")
+    check_kernel_device(x, "x")
     out = torch.empty(gate_indx.numel(), x.shape[1], device=x.device, dtype=x.dtype)
     launch = gather_rows_launch(x, gate_indx, n_expts_act, out)
     if launch is not None:

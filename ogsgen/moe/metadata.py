@@ -17,13 +17,13 @@ schedule (e0,b0) (e1,b0) (e1,b1) (e3,b0) ... (e3,b7), then -1.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
+from ..devices import check_kernel_device
 from ..errors import SpecError
 
 BLOCK_SIZES = (16, 32, 64, 128)
@@ -125,16 +125,10 @@ def _ragged_metadata(Hist, SliceOffs, BlockOffs, BlockSchedule, n_expts_tot, n_t
     tl.store(BlockSchedule + size_row.to(tl.int64) * n_tiles + tiles, entry, mask=tiles < n_tiles)
 
 
-def _check_on_device(tensor: torch.Tensor, name: str) -> None:
-    if tensor.device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") != "1":
-        raise SpecError(f"{name} is on {tensor.device}; the routing kernels run on a CUDA device "
-                        f"(on the CPU only through Triton's interpreter, TRITON_INTERPRET=1)")
-
-
 def expert_histogram(expt_indx: torch.Tensor, n_expts_tot: int) -> torch.Tensor:
     """Rows per expert of a flat integer expert-id tensor (-1 = dropped), on the device, without a sync. An id
     outside [-1, n_expts_tot) fails a device assert (the caller checks ids on the host where that is free)."""
-    _check_on_device(expt_indx, "the expert ids")
+    check_kernel_device(expt_indx, "the expert ids")
     hist = torch.zeros(n_expts_tot, dtype=torch.int32, device=expt_indx.device)
     n_gates = expt_indx.numel()
     if n_gates:
@@ -152,7 +146,7 @@ def check_row_count(n_rows: int, what: str) -> None:
 
 def make_ragged_tensor_metadata(hist: torch.Tensor, n_rows: int) -> RaggedTensorMetadata:
     """Device metadata of ``hist`` (int32, (E,)) for ``n_rows`` rows at most (the host-side bound)."""
-    _check_on_device(hist, "hist")
+    check_kernel_device(hist, "hist")
     n_expts_tot = hist.shape[0]
     if n_expts_tot > MAX_EXPERTS:
         raise SpecError(f"hist has {n_expts_tot} experts; the packed block schedule holds at most {MAX_EXPERTS}")

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import SpecError
+from ..devices import check_kernel_device
+from ..errors import SpecError, SpecTypeError
 from ..runtime.types import GatherIndx, RoutingData, ScatterIndx
 from .checks import check_expert_ids, host_checks_apply
-from .metadata import check_row_count, expert_histogram, make_ragged_tensor_metadata
+from .metadata import MAX_EXPERTS, check_row_count, expert_histogram, make_ragged_tensor_metadata
 
 
-def _check_topk_inputs(topk_ids, topk_weights, n_expts_tot):
+def _check_topk_inputs(topk_ids, topk_weights, n_expts_tot, expected_tokens_per_expt):
     if not isinstance(topk_ids, torch.Tensor) or topk_ids.ndim != 2:
         raise SpecError(f"topk_ids must be a (n_tokens, k) tensor, got "
                         f"{tuple(topk_ids.shape) if isinstance(topk_ids, torch.Tensor) else type(topk_ids).__name__}")
@@ -33,8 +34,16 @@ def _check_topk_inputs(topk_ids, topk_weights, n_expts_tot):
         raise SpecError(f"topk_weights must be floating point gate weights, got {topk_weights.dtype}")
     if topk_weights.device != topk_ids.device:
         raise SpecError(f"topk_weights is on {topk_weights.device} but topk_ids is on {topk_ids.device}")
-    if not isinstance(n_expts_tot, int) or n_expts_tot < 1:
+    if not isinstance(n_expts_tot, int) or isinstance(n_expts_tot, bool) or n_expts_tot < 1:
         raise SpecError(f"n_expts_tot must be a positive int, got {n_expts_tot!r}")
+    if n_expts_tot > MAX_EXPERTS:
+        raise SpecError(f"n_expts_tot={n_expts_tot} is more experts than ogsgen's block schedule holds "
+                        f"({MAX_EXPERTS})")
+    if expected_tokens_per_expt is not None and (not isinstance(expected_tokens_per_expt, int)
+                                                 or isinstance(expected_tokens_per_expt, bool)
+                                                 or expected_tokens_per_expt < 1):
+        raise SpecError(f"expected_tokens_per_expt must be None or a positive int, got {expected_tokens_per_expt!r}")
+    check_kernel_device(topk_ids, "topk_ids")
 
 
 def routing_from_topk(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expts_tot: int,
@@ -45,7 +54,7 @@ def routing_from_topk(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expt
     raise SpecError on the CPU and with OGSGEN_DEBUG=1; on a GPU they fail a device assert (no host sync).
     topk_weights: (n_tokens, k) gate weights, become ``RoutingData.gate_scal`` (float32) in sorted order.
     """
-    _check_topk_inputs(topk_ids, topk_weights, n_expts_tot)
+    _check_topk_inputs(topk_ids, topk_weights, n_expts_tot, expected_tokens_per_expt)
     n_tokens, n_expts_act = topk_ids.shape
     device = topk_ids.device
     ids = topk_ids.reshape(-1)  # in the caller's integer dtype: range-checked before anything narrows it
@@ -83,6 +92,7 @@ def routing(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False, expt
         raise SpecError("logits must be a (n_tokens, n_expts_tot) tensor")
     if not logits.dtype.is_floating_point:
         raise SpecError(f"logits must be floating point, got {logits.dtype}")
+    check_kernel_device(logits, "logits")
     n_expts_tot = logits.shape[1]
     if not isinstance(n_expts_act, int) or not 1 <= n_expts_act <= n_expts_tot:
         raise SpecError(f"n_expts_act must be an int in [1, n_expts_tot={n_expts_tot}], got {n_expts_act!r}")
@@ -90,6 +100,9 @@ def routing(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False, expt
     if expt_indx is None:
         scores, expt_indx = torch.topk(scores, n_expts_act, dim=-1)
     else:
+        if not isinstance(expt_indx, torch.Tensor):
+            raise SpecTypeError(f"expt_indx must be None or a (n_tokens, k) tensor of expert ids, got "
+                                f"{type(expt_indx).__name__}")
         if tuple(expt_indx.shape) != (logits.shape[0], n_expts_act):
             raise SpecError(f"expt_indx must have shape ({logits.shape[0]}, {n_expts_act}), "
                             f"got {tuple(expt_indx.shape)}")

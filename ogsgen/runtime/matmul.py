@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -12,10 +11,11 @@ from triton.runtime.errors import OutOfResources
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..codegen.render import ARG_PREFIX
+from ..devices import check_kernel_device
 from ..errors import SpecError, SpecTypeError, UnsupportedError
 from ..moe import checks as routing_checks
 from ..moe.gather import gather_rows_launch
-from ..moe.metadata import make_ragged_tensor_metadata
+from ..moe.metadata import RaggedTensorMetadata, make_ragged_tensor_metadata
 from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..numerics.scale_bounds import scales_at_most_2
@@ -24,7 +24,8 @@ from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_pla
 from . import launcher, loader, memory, plans, wgmma_hazards
 from .descriptors import ragged_rows_descriptor
 from .opt_flags import OptFlags, current_constraints, make_opt_flags, reduce_tile, row_tiles
-from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
+from .types import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OutFlexData, PrecisionConfig,
+                    RoutingData, ScatterIndx)
 
 _MAX_GRID_Y = 65535
 FP8_DTYPES = {torch.float8_e4m3fn: FP8_E4M3, torch.float8_e5m2: FP8_E5M2}
@@ -33,10 +34,6 @@ MX_FP8_DTYPES = {torch.float8_e4m3fn: MXFP8_E4M3, torch.float8_e5m2: MXFP8_E5M2}
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)  # triton.cdiv costs microseconds per call on the host in recent Triton releases
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @lru_cache(maxsize=None)
@@ -49,8 +46,8 @@ def sm_count(device_index: int) -> int:
 # Validation
 # --------------------------------------------------------------------------------------------
 
-def _check_tensor(value, name: str, ndims=None, dtype=None):
-    if value is None:
+def _check_tensor(value, name: str, ndims=None, dtype=None, required=False):
+    if value is None and not required:
         return
     if not isinstance(value, torch.Tensor):
         raise SpecTypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -72,13 +69,64 @@ def _check_vector(value, name: str, length: int, dtype):
 
 
 def _check_devices(x, tensors: dict):
-    device = x.device
+    check_kernel_device(x, "x")
     for name, t in tensors.items():
-        if t.device != device:
-            raise SpecError(f"{name} is on {t.device} but x is on {device}; move all tensors to one device")
-    if device.type != "cuda" and not _interpreting():
-        raise SpecError(f"x is on {device}; matmul_ogs runs on a CUDA device "
-                        f"(on the CPU only through Triton's interpreter, TRITON_INTERPRET=1)")
+        if t.device != x.device:
+            raise SpecError(f"{name} is on {t.device} but x is on {x.device}; move all tensors to one device")
+
+
+def _check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi) -> None:
+    """The arguments are of the types the API takes (read before anything reads their fields)."""
+    _check_tensor(x, "x", required=True)
+    if not isinstance(w, SwizzledMxValues):
+        _check_tensor(w, "w", required=True)
+    for name, value, kind, example in (
+            ("precision_config", pc, PrecisionConfig, "ogsgen.PrecisionConfig(out_dtype=...)"),
+            ("fused_activation", act, FusedActivation, "ogsgen.FusedActivation(ogsgen.swiglu, (alpha, limit))"),
+            ("epilogue", epi, Epilogue, "ogsgen.Epilogue(specs, values)"),
+            ("routing_data", routing_data, RoutingData, "from ogsgen.routing(logits, k)"),
+            ("gather_indx", gather_indx, GatherIndx, "from ogsgen.routing(logits, k)"),
+            ("scatter_indx", scatter_indx, ScatterIndx, "from ogsgen.routing(logits, k)")):
+        if value is not None and not isinstance(value, kind):
+            article = "an" if kind.__name__[0] in "AEIOU" else "a"
+            raise SpecTypeError(f"{name} must be {article} {kind.__name__} or None ({example}), got "
+                                f"{type(value).__name__}")
+    if not isinstance(pc.flex_ctx, FlexCtx):
+        raise SpecTypeError(f"precision_config.flex_ctx must be a FlexCtx, got {type(pc.flex_ctx).__name__}")
+    flex = pc.flex_ctx
+    for name, value, kind in (("lhs_data", flex.lhs_data, InFlexData), ("rhs_data", flex.rhs_data, InFlexData),
+                              ("acc_data", flex.acc_data, InFlexData), ("out_data", flex.out_data, OutFlexData)):
+        if not isinstance(value, kind):
+            raise SpecTypeError(f"precision_config.flex_ctx.{name} must be an ogsgen.{kind.__name__}, got "
+                                f"{type(value).__name__}")
+    for name in ("allow_tf32", "enforce_bitwise_invariance", "flexpoint_saturate_inf"):
+        if not isinstance(getattr(pc, name), bool):
+            raise SpecTypeError(f"precision_config.{name} must be True or False, got {getattr(pc, name)!r}")
+    if pc.out_dtype is not None and not isinstance(pc.out_dtype, torch.dtype):
+        raise SpecTypeError(f"precision_config.out_dtype must be a torch.dtype (e.g. torch.float32) or None, got "
+                            f"{pc.out_dtype!r}")
+    if pc.max_num_imprecise_acc is not None and (not isinstance(pc.max_num_imprecise_acc, int)
+                                                 or isinstance(pc.max_num_imprecise_acc, bool)):
+        raise SpecTypeError(f"precision_config.max_num_imprecise_acc must be an int or None, got "
+                            f"{pc.max_num_imprecise_acc!r}")
+    if routing_data is not None:
+        for name in ("n_expts_tot", "n_expts_act"):
+            value = getattr(routing_data, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecTypeError(f"routing_data.{name} must be a positive int, got {value!r}")
+        if routing_data.expt_data is not None and not isinstance(routing_data.expt_data, RaggedTensorMetadata):
+            raise SpecTypeError(f"routing_data.expt_data must be None or a RaggedTensorMetadata (from "
+                                f"ogsgen.moe.make_ragged_tensor_metadata), got {type(routing_data.expt_data).__name__}")
+
+
+def _check_distinct_elements(tensors: dict) -> None:
+    """A written tensor whose elements do not overlap each other (an expanded tensor's do: every program would
+    store to the same memory)."""
+    for name, t in tensors.items():
+        for dim, (size, stride) in enumerate(zip(t.shape, t.stride())):
+            if size > 1 and stride == 0:
+                raise SpecError(f"{name} has stride 0 along dimension {dim} (an expanded tensor): its elements "
+                                f"overlap each other; pass a tensor with distinct elements ({name}.contiguous())")
 
 
 def _reject_unsupported(fused_comm, inner_routing_data, pc: PrecisionConfig):
@@ -745,6 +793,7 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
 def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y,
                         fused_comm, act, epi, y_acc_in, inner_routing_data):
     """``matmul_ogs`` with every argument checked, for the first call of a signature."""
+    _check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi)
     _reject_unsupported(fused_comm, inner_routing_data, pc)
     _check_tensor(x, "x", ndims=(2, 3))
     if not isinstance(w, SwizzledMxValues):
@@ -770,8 +819,9 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
             raise SpecError("gather_indx and scatter_indx index expert-sorted rows: pass routing_data with a "
                             "histogram (ogsgen.routing(logits, k) builds all three)")
         if w.ndim == 3 and w.shape[0] != 1:
-            raise SpecError(f"w of shape {tuple(w.shape)} holds {w.shape[0]} experts but there is no routing_data; "
-                            f"pass a 2-D w (K, N), a 3-D x for a batched matmul, or routing_data")
+            missing = "routing_data.expt_hist is None" if routing_data is not None else "there is no routing_data"
+            raise SpecError(f"w of shape {tuple(w.shape)} holds {w.shape[0]} experts but {missing}; pass a 2-D w "
+                            f"(K, N), a 3-D x for a batched matmul, or routing_data with a histogram (ogsgen.routing)")
     if ragged:
         m, out_rows = _check_routing(x, w, routing_data, gather_indx, scatter_indx)
     else:
@@ -822,6 +872,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     written, read = _named_tensors(x, w, bias, routing_data if ragged else None, gather_indx, scatter_indx, pc, betas,
                                    gammas, y, act, epi, y_acc_in)
     _check_devices(x, {**read, **written})
+    _check_distinct_elements(written)
     if batch > _MAX_GRID_Y:
         raise SpecError(f"batched x has B={batch} > {_MAX_GRID_Y} entries, more than one launch covers; "
                         f"split the batch")

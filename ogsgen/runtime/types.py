@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from ..errors import SpecError
+from ..errors import SpecError, SpecTypeError
 from ..spec.functions import FnSpecs
 
 
@@ -92,7 +92,11 @@ def _check_fn_args(kind: str, specs: FnSpecs, values: tuple, argument: str) -> N
     specs.check_signature(kind)
     if len(values) != len(specs.fn_arg_names):
         raise SpecError(f"{argument}: {specs.name} takes {len(specs.fn_arg_names)} argument(s) "
-                        f"{specs.fn_arg_names}, got {len(values)} value(s) {tuple(values)!r}")
+                        f"{specs.fn_arg_names}, got {len(values)} value(s)")
+    for name, value in zip(specs.fn_arg_names, values):
+        if not isinstance(value, (int, float, torch.Tensor)):
+            raise SpecTypeError(f"{argument}: {specs.name}'s argument {name} is {value!r} ({type(value).__name__}); "
+                                f"kernel function arguments are numbers or tensors")
 
 
 @dataclass(frozen=True)
