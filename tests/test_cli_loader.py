@@ -172,8 +172,9 @@ def test_ogsgen_path_variable(isolated_loader, tmp_path, monkeypatch):
 
 
 def test_add_search_path_rejects_missing_folder(tmp_path):
-    with pytest.raises(FileNotFoundError, match="ogsgen build --out"):
+    with pytest.raises(ogsgen.BuildFolderError, match="ogsgen build --out") as info:
         ogsgen.add_search_path(tmp_path / "missing")
+    assert isinstance(info.value, FileNotFoundError)  # what it raised before it was a BuildFolderError
 
 
 def _built_by_an_older_ogsgen(out, name, old, new):

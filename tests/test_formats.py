@@ -151,6 +151,20 @@ def test_dense_mx_weights(element, maxtol, bias, device):
     assert_close(ref, y.float(), maxtol=maxtol)
 
 
+@pytest.mark.parametrize("element", ["e2m1", "e4m3"])
+@pytest.mark.parametrize("k", [16, 32])
+def test_small_k_mx_weights_without_constraints(element, k, device):
+    # K=16 once made the heuristic pick block_k=16, which its own check then refused ("mx weights ... block_k must
+    # be a multiple of 32") although the call constrained nothing.
+    x = torch.randn(8, k, device=device).bfloat16()
+    w_values, w_scales = _mx_weights(torch.randn(1, k, 32, device=device), element)
+    w_values, w_scales = w_values[0], w_scales[0]
+    y = matmul_ogs(x, w_values, None, precision_config=PrecisionConfig(weight_scale=w_scales))
+    w_ref = dequantize_mx_torch(w_values.mT, w_scales.mT, element).mT
+    ref = matmul_ogs_torch(x.float(), w_ref, None, precision_config=PrecisionConfig(out_dtype=torch.float32))
+    assert_close(ref, y.float(), maxtol=3e-2)
+
+
 @pytest.mark.parametrize("value_layout,scales_n_contiguous", [("strided", False), ("hopper", False),
                                                                ("hopper", True)])
 @pytest.mark.parametrize("k_act", [1, 4])
@@ -339,6 +353,17 @@ def test_fp8_flexpoint_dense(dtype, batch, device):
     ref = torch.matmul(x.float() * x_scale, w.float() * w_scales)
     assert abs(actual.item() - actual_scale_torch(ref, dtype).item()) < 1e-10
     assert_close((ref / expected).to(dtype).float(), y.float())
+
+
+@pytest.mark.parametrize("k", [16, 32])
+def test_small_k_fp8_dot_without_constraints(k, device):
+    # An fp8 dot needs block_k >= 32: at K=16 the heuristic once picked 16 and refused its own choice.
+    dtype = torch.float8_e4m3fn
+    x, w = _exact_fp8((8, k), dtype, device), _exact_fp8((k, 32), dtype, device).mT.contiguous().mT
+    pc = PrecisionConfig(flex_ctx=FlexCtx(lhs_data=InFlexData(scale=torch.tensor([1.0], device=device)),
+                                          rhs_data=InFlexData(scale=torch.tensor([1.0], device=device))))
+    y = matmul_ogs(x, w, None, precision_config=pc)
+    assert_close(x.float() @ w.float(), y.float())
 
 
 @pytest.mark.parametrize("x_dtype,w_dtype", [(torch.bfloat16, torch.float8_e4m3fn), (torch.float16, torch.float8_e5m2)])

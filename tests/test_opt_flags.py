@@ -94,6 +94,18 @@ def test_the_heuristic_never_picks_a_tile_its_own_checks_refuse():
                            mx_scales_n_contiguous=layout is not None)
 
 
+def test_the_heuristic_picks_block_k_of_32_for_fp8_dots_and_mx_weights_at_small_k():
+    # A K under 32 (K=16 of a small MX or fp8 call) once gave block_k=16, which the heuristic's own checks refuse
+    # (mx weights: one scale per 32 rows of K; an fp8 dot: block_k >= 32), for a call that constrained nothing.
+    for itemsize, layout, k, m, n_expts in itertools.product((1, 2), (None, "strided", "hopper"), (1, 16, 17, 32, 2880),
+                                                             (1, 16, 64), (None, 128)):
+        if itemsize == 1 and layout is not None:
+            continue
+        flags = make_opt_flags(itemsize, 1, m, 32, k, 1, n_expts, max(1, m // (n_expts or m)), True, 132, layout,
+                               mx_scales_n_contiguous=layout is not None)
+        assert flags.block_k >= (16 if itemsize == 2 and layout is None else 32)
+
+
 @pytest.mark.parametrize("m,reduction_n", [(64, 2), (768, 4), (128, 4), (4096, 8), (64, 1), (768, 2)])
 def test_mx_outputs_get_a_tile_whose_stores_hold_whole_scale_groups(m, reduction_n):
     # An MX output keeps one scale per 32 columns; the persistent kernel stores half tiles, so its heuristic tiles
@@ -222,12 +234,13 @@ def test_matmul_picks_hopper_tiles_by_the_scales_layout(monkeypatch):
     import ogsgen
     from ogsgen.numerics import quantize_mx_torch
     from ogsgen.numerics.layouts import swizzle_mx_values
-    from ogsgen.runtime import launcher, matmul
+    from ogsgen import devices
+    from ogsgen.runtime import launcher
 
     launches = []
     monkeypatch.setattr(launcher, "launch", lambda kernel, grid, args, verify=None, compiling=None, **options:
                         launches.append((args["BLOCK_M"], args["BLOCK_N"], args["BLOCK_K"], options)))
-    monkeypatch.setattr(matmul, "_interpreting", lambda: True)  # CPU tensors accepted; nothing runs
+    monkeypatch.setattr(devices, "interpreting", lambda: True)  # CPU tensors accepted; nothing runs
     values, scales = quantize_mx_torch(torch.randn(256, 256).mT.contiguous(), "e2m1", axis=-1)  # (N, K // 32)
     w = swizzle_mx_values(values.mT, capability=(9, 0))
     x = torch.randn(256, 256).bfloat16()

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import SpecError
+from ..devices import check_kernel_device
+from ..errors import SpecError, SpecTypeError
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
-from ..numerics.mx import dequantize_mx_torch
+from ..numerics.mx import FP8_DTYPES, MX_BLOCK, ROUNDINGS, dequantize_mx_torch
 from ..numerics.scale_bounds import bound_mx_scales
 from ..runtime.types import FlexCtx, InFlexData, PrecisionConfig
 
@@ -102,6 +103,8 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         raise SpecError(f"value_layout must be 'auto' or one of {VALUE_LAYOUTS}, got {value_layout!r}")
     if value_layout == "hopper" and format != "mxfp4":
         raise SpecError(f"value_layout='hopper' applies to mxfp4 weights, not {format}; use 'auto' or 'strided'")
+    if rounding not in ROUNDINGS:
+        raise SpecError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
     if isinstance(weight, tuple):
         prepared = _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format)
     else:
@@ -118,15 +121,31 @@ def _wants_hopper_layout(value_layout: str, device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
+def _check_bias(bias, experts: int, out: int) -> None:
+    if bias is None:
+        return
+    if not isinstance(bias, torch.Tensor):
+        raise SpecTypeError(f"bias must be None or a float tensor (E, out) = {(experts, out)}, got "
+                            f"{type(bias).__name__}; pass torch.tensor(...)")
+    if tuple(bias.shape) != (experts, out):
+        raise SpecError(f"bias must have shape (E, out) = {(experts, out)}, got {tuple(bias.shape)}")
+
+
 def _prepare_dense(weight, bias, layout, gate_up, format, rounding) -> PreparedWeights:
     if not isinstance(weight, torch.Tensor) or weight.ndim != 3 or not weight.dtype.is_floating_point:
         raise SpecError("weight must be a float tensor (E, out, in) or (E, in, out), or a (values, scales) tuple")
     w = weight.mT if layout == "out_in" else weight          # (E, K, N)
-    n = w.shape[-1]
-    if bias is not None and tuple(bias.shape) != (w.shape[0], n):
-        raise SpecError(f"bias must have shape (E, out) = {(w.shape[0], n)}, got {tuple(bias.shape)}")
+    k, n = w.shape[-2:]
+    _check_bias(bias, w.shape[0], n)
     if gate_up is not None and n % 2:
         raise SpecError(f"gate_up needs an even number of output features, got {n}")
+    if format in _MX:
+        # quantize_mx runs a Triton kernel: the weight must be where kernels run (a meta tensor has no data; on a
+        # GPU the kernel would read its pointer, an illegal memory access)
+        check_kernel_device(weight, "weight")
+    if format == "mxfp4" and k % 2:
+        raise SpecError(f"in must be even for mxfp4 (two values per byte), got in={k} (weight {tuple(weight.shape)}, "
+                        f"layout={layout!r}); pad in with a zero feature")
     if gate_up == "concatenated":
         w = _interleave(w, -1)
         bias = _interleave(bias, -1) if bias is not None else None
@@ -148,12 +167,32 @@ def _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format) -> Prep
     if format not in _MX or layout != "out_in":
         raise SpecError("a (values, scales) checkpoint must be MX-quantized along `in` in 'out_in' layout; "
                         "pass format='mxfp4' (or 'mxfp8e4m3'/'mxfp8e5m2') and layout='out_in'")
+    if len(weight) != 2:
+        raise SpecError(f"a checkpoint weight must be a (values, scales) tuple of 2 tensors, got a tuple of "
+                        f"{len(weight)}")
     values, scales = weight
+    values_dtype = torch.uint8 if format == "mxfp4" else FP8_DTYPES[_MX[format]]
+    values_kind = "packed mxfp4 values, two per byte" if format == "mxfp4" else f"{format} values"
+    for name, t, dtype, kind in (("values", values, values_dtype, values_kind),
+                                 ("scales", scales, torch.uint8, "e8m0 scale codes")):
+        if not isinstance(t, torch.Tensor):
+            raise SpecTypeError(f"checkpoint {name} must be a tensor, got {type(t).__name__}")
+        if t.dtype != dtype:
+            raise SpecError(f"checkpoint {name} must be {dtype} ({kind}) for format={format!r}, got {t.dtype}")
+    if values.ndim not in (3, 4):
+        packed = format == "mxfp4"
+        raise SpecError(f"checkpoint values must be (E, out, in{' // 2' if packed else ''}) or (E, out, in // 32, "
+                        f"{16 if packed else 32}) blocks, got shape {tuple(values.shape)}")
     if values.ndim == 4:  # gpt-oss stores (E, out, in // 32, 16) blocks
         values = values.flatten(-2)
-    if scales.ndim != 3 or values.shape[:2] != scales.shape[:2]:
+    k = values.shape[-1] * (2 if format == "mxfp4" else 1)
+    if scales.ndim != 3 or values.shape[:2] != scales.shape[:2] or scales.shape[-1] != -(-k // MX_BLOCK):
         raise SpecError(f"scales must be (E, out, in // 32) matching values {tuple(values.shape)}, "
-                        f"got {tuple(scales.shape)}")
+                        f"got {tuple(scales.shape)}; in={k} takes {-(-k // MX_BLOCK)} scales per row (one per "
+                        f"{MX_BLOCK} values, rounded up)")
+    _check_bias(bias, values.shape[0], values.shape[1])
+    if gate_up is not None and values.shape[1] % 2:
+        raise SpecError(f"gate_up needs an even number of output features, got {values.shape[1]}")
     if gate_up == "concatenated":
         values, scales = _interleave(values, 1), _interleave(scales, 1)
         bias = _interleave(bias, -1) if bias is not None else None

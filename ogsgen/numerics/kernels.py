@@ -5,9 +5,10 @@ import torch
 import triton
 import triton.language as tl
 
+from ..devices import check_kernel_device
 from ..errors import SpecError
 from .jit import pack_e2m1_rows, scale_mx_rows, upcast_mx_rows
-from .mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK, _check
+from .mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK, _check, _check_axis, _check_tensor
 
 _TL_FP8 = {"e4m3": tl.float8e4nv, "e5m2": tl.float8e5}
 
@@ -63,7 +64,9 @@ _BLOCK_R, _BLOCK_S = 16, 128
 def quantize_mx(x: torch.Tensor, element: str, axis: int = -1, rounding: str = "up"):
     """Quantize ``x`` along ``axis`` to MX on its device: (values, scales), as ``quantize_mx_torch``."""
     _check(element, rounding)
-    axis = axis % x.ndim
+    _check_tensor(x, "x")
+    axis = _check_axis(axis, x, "x")
+    check_kernel_device(x, "x")
     size = x.shape[axis]
     if element == "e2m1" and size % 2:
         raise SpecError(f"e2m1 packs two values per byte along axis {axis}: its size must be even, got {size}")
@@ -88,7 +91,12 @@ def dequantize_mx(values: torch.Tensor, scales: torch.Tensor, element: str, axis
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Inverse of :func:`quantize_mx` on the device, as ``dequantize_mx_torch``."""
     _check(element)
-    axis = axis % values.ndim
+    _check_tensor(values, "values")
+    _check_tensor(scales, "scales")
+    axis = _check_axis(axis, values, "values")
+    check_kernel_device(values, "values")
+    if scales.device != values.device:
+        raise SpecError(f"scales are on {scales.device} but values are on {values.device}; move both to one device")
     packed = values.movedim(axis, -1)
     size = packed.shape[-1] * (2 if element == "e2m1" else 1)
     rows = packed.reshape(-1, packed.shape[-1]).contiguous()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import SpecError
+from ..errors import SpecError, SpecTypeError
 
 HOPPER_GROUP = 64          # K rows per group of words
 HOPPER_SLAB = 16           # N columns per slab of words
@@ -132,7 +132,13 @@ def swizzle_mx_values(values: torch.Tensor, layout: str = "hopper", capability=N
         raise SpecError(f"layout must be 'hopper' (the only swizzled mxfp4 layout), got {layout!r}")
     if not isinstance(values, torch.Tensor) or values.dtype != torch.uint8 or values.ndim < 2:
         raise SpecError("values must be packed mxfp4: a uint8 tensor (..., K // 2, N), two values per byte along K")
-    capability = tuple(capability) if capability is not None else _default_capability(values.device)
+    if capability is None:
+        capability = _default_capability(values.device)
+    elif not (isinstance(capability, (tuple, list)) and len(capability) == 2
+              and all(isinstance(c, int) and not isinstance(c, bool) for c in capability)):
+        raise SpecTypeError(f"capability must be a (major, minor) pair of ints such as (9, 0), or None for the "
+                            f"values' device, got {capability!r}")
+    capability = tuple(capability)
     if capability[0] < 8:
         raise SpecError(f"the hopper layout serves 16-bit MMAs with a register operand (compute capability 8.0 "
                         f"and newer); capability {capability} has none: keep the strided values")

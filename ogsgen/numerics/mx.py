@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import SpecError
+from ..errors import SpecError, SpecTypeError
 
 MX_BLOCK = 32
 ELEMENTS = ("e2m1", "e4m3", "e5m2")
@@ -33,6 +33,21 @@ def _check(element: str, rounding: str = "up"):
         raise SpecError(f"element must be one of {ELEMENTS}, got {element!r}")
     if rounding not in ROUNDINGS:
         raise SpecError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+
+
+def _check_tensor(t, name: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise SpecTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}; pass torch.tensor(...)")
+
+
+def _check_axis(axis, t: torch.Tensor, name: str) -> int:
+    """``axis`` as an index in [0, t.ndim): an int in [-ndim, ndim), never wrapped around."""
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise SpecTypeError(f"axis must be an int, got {axis!r}")
+    if not -t.ndim <= axis < t.ndim:
+        raise SpecError(f"axis={axis} is out of range for {name} of shape {tuple(t.shape)}; give an axis from "
+                        f"{-t.ndim} to {t.ndim - 1}")
+    return axis % t.ndim
 
 
 def scale_codes(absmax: torch.Tensor, element: str, rounding: str = "up") -> torch.Tensor:
@@ -72,7 +87,8 @@ def quantize_mx_torch(x: torch.Tensor, element: str, axis: int = -1, rounding: s
     for e4m3/e5m2; scales: uint8 with ``cdiv(size, 32)`` entries along ``axis``.
     """
     _check(element, rounding)
-    axis = axis % x.ndim
+    _check_tensor(x, "x")
+    axis = _check_axis(axis, x, "x")
     size = x.shape[axis]
     if element == "e2m1" and size % 2:
         raise SpecError(f"e2m1 packs two values per byte along axis {axis}: its size must be even, got {size}")
@@ -101,7 +117,9 @@ def dequantize_mx_torch(values: torch.Tensor, scales: torch.Tensor, element: str
     output's memory plus a bounded temporary rather than several float32/int64 copies of the whole tensor.
     """
     _check(element)
-    axis = axis % values.ndim
+    _check_tensor(values, "values")
+    _check_tensor(scales, "scales")
+    axis = _check_axis(axis, values, "values")
     rows = values.movedim(axis, -1)
     row_scales = scales.movedim(axis, -1)
     size = rows.shape[-1] * (2 if element == "e2m1" else 1)

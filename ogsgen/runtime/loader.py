@@ -29,7 +29,7 @@ from .._resources import data_dir
 from .._version import __version__
 from ..codegen.build import MANIFEST, read_manifest, write_atomic
 from ..codegen.render import expected_provenance, render_variant
-from ..errors import BuildFolderError, StaleKernelError, VariantNotBuiltError
+from ..errors import BuildFolderError, SpecTypeError, StaleKernelError, VariantNotBuiltError
 from ..spec.variant import KernelVariant, canonical_name
 from . import plans
 
@@ -43,11 +43,20 @@ _manifests: dict[Path, tuple[tuple[int, int, int], dict]] = {}  # manifest.json 
 _on_demand: bool | None = None
 
 
+class MissingBuildFolderError(BuildFolderError, FileNotFoundError):
+    """add_search_path's folder does not exist (a FileNotFoundError too, as it was before it was a
+    BuildFolderError)."""
+
+
 def add_search_path(path: str | os.PathLike) -> None:
     """Look for generated kernels in ``path`` (a folder written by ``ogsgen build --out``) first."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise SpecTypeError(f"add_search_path: path must be a str or os.PathLike naming a folder, got "
+                            f"{type(path).__name__}")
     path = Path(path).resolve()
     if not path.is_dir():
-        raise FileNotFoundError(f"add_search_path: {path} is not a folder; build one with `ogsgen build --out {path}`")
+        raise MissingBuildFolderError(f"add_search_path: {path} is not a folder; build one with "
+                                      f"`ogsgen build --out {path}`")
     with _lock:
         if path not in _extra_dirs:
             _extra_dirs.insert(0, path)
@@ -58,8 +67,10 @@ def add_search_path(path: str | os.PathLike) -> None:
 def set_on_demand(enabled: bool) -> None:
     """Render kernels that are not built (or are stale) into the user cache instead of raising."""
     global _on_demand
+    if not isinstance(enabled, bool):
+        raise SpecTypeError(f"set_on_demand: enabled must be True or False, got {enabled!r}")
     with _lock:
-        _on_demand = bool(enabled)
+        _on_demand = enabled
         _kernels.clear()
         plans.clear()  # they hold kernels of the old search path
 

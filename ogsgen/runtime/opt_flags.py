@@ -138,8 +138,10 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # see _HOST_HIDING_W_BYTES.
         return OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=4, persistent=True)
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
-    # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32.
-    block_k = max(16, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
+    # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32. At least 16 (tl.dot), and 32 for an
+    # fp8 dot and for MX weights (one scale per 32 rows of K), whatever K (_tile_problem refuses less).
+    least_k = 32 if itemsize == 1 or w_mx_layout is not None else 16
+    block_k = max(least_k, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
     wait_mma, maxnreg = False, None
     if itemsize == 2 and w_mx_layout is None and block_m == 16:

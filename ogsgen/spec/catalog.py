@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CatalogError, OgsgenError
+from ..errors import CatalogError, OgsgenError, SpecTypeError
 from .formats import BF16, FP8_E4M3, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP8_E4M3
 from .variant import FEATURES, KernelVariant, canonical_name, companions
 
@@ -53,6 +53,17 @@ def variant_product(formats, activations=(None,), epilogues=(None,), family="mat
     unknown = set(feature_choices) - set(FEATURES)
     if unknown:
         raise CatalogError(f"variant_product: unknown features {sorted(unknown)}; known: {FEATURES}")
+    try:
+        formats = list(formats)
+    except TypeError:
+        raise SpecTypeError(f"variant_product: formats must be a list of (x, w, y) format triples, got "
+                            f"{type(formats).__name__}") from None
+    for i, triple in enumerate(formats):
+        if not (isinstance(triple, (tuple, list)) and len(triple) == 3):
+            got = (f"a {type(triple).__name__} of {len(triple)}" if isinstance(triple, (tuple, list))
+                   else type(triple).__name__)
+            raise SpecTypeError(f"variant_product: formats[{i}] must be an (x, w, y) triple of NumericFormat, e.g. "
+                                f"(BF16, BF16, BF16), got {got}")
     names = sorted(feature_choices)
     variants = []
     for (x, w, y), act, epi, values in itertools.product(

@@ -28,7 +28,7 @@ import triton
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from ..errors import SpecError
+from ..errors import SpecError, SpecTypeError
 
 LEADING_PARAMS = {
     "activation": ("tile",),
@@ -135,6 +135,16 @@ def settle_triton_cache_keys(jit_fn, _settled: set | None = None) -> None:
 # FnSpecs
 # --------------------------------------------------------------------------------------------
 
+def _names(value, what: str) -> tuple:
+    """A tuple of names given as a tuple (or another iterable), never a str split into its letters."""
+    if isinstance(value, (str, bytes)):
+        raise SpecTypeError(f"{what} must be a tuple of names, not a str; pass a tuple: ({value!r},)")
+    try:
+        return tuple(value)
+    except TypeError:
+        raise SpecTypeError(f"{what} must be a tuple of names, got {type(value).__name__}") from None
+
+
 @dataclass(frozen=True)
 class FnSpecs:
     """A Triton function compiled into a kernel, with the names of its runtime arguments.
@@ -153,8 +163,12 @@ class FnSpecs:
     source_hash: str = field(init=False, default="")
 
     def __post_init__(self):
-        object.__setattr__(self, "fn_arg_names", tuple(self.fn_arg_names))
-        object.__setattr__(self, "fn_arg_do_not_specialize", tuple(self.fn_arg_do_not_specialize))
+        object.__setattr__(self, "fn_arg_names", _names(self.fn_arg_names, f"FnSpecs {self.name!r}: fn_arg_names"))
+        object.__setattr__(self, "fn_arg_do_not_specialize",
+                           _names(self.fn_arg_do_not_specialize, f"FnSpecs {self.name!r}: fn_arg_do_not_specialize"))
+        if self.reference is not None and not callable(self.reference):
+            raise SpecTypeError(f"FnSpecs {self.name!r}: reference must be a callable (a torch function taking the "
+                                f"same arguments) or None, got {type(self.reference).__name__} {self.reference!r}")
         if self.is_default:
             if self.fn_arg_names or self.reduction_n != 1:
                 raise SpecError("FnSpecs.default() takes no fn_arg_names and reduction_n=1")
@@ -238,9 +252,15 @@ def unregister(name: str) -> None:
 
 
 def _register(kind, fn, name, arg_names, do_not_specialize, reduction_n, reference):
+    arg_names = _names(arg_names, f"register_{kind}: arg_names")
+    do_not_specialize = _names(do_not_specialize, f"register_{kind}: do_not_specialize")
+    if reference is not None and not callable(reference):
+        raise SpecTypeError(f"register_{kind}: reference must be a callable (a torch function taking the same "
+                            f"arguments) or None, got {type(reference).__name__} {reference!r}")
+
     def wrap(jit_fn):
-        spec = FnSpecs(name or getattr(jit_fn, "__name__", ""), jit_fn, tuple(arg_names),
-                       tuple(do_not_specialize), reduction_n, reference).check_signature(kind)
+        spec = FnSpecs(name or getattr(jit_fn, "__name__", ""), jit_fn, arg_names,
+                       do_not_specialize, reduction_n, reference).check_signature(kind)
         _registered[(kind, spec.name)] = spec
         return spec
     return wrap(fn) if fn is not None else wrap

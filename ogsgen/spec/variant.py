@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from functools import cached_property, lru_cache
 
-from ..errors import SpecError, UnsupportedError
+from ..errors import SpecError, SpecTypeError, UnsupportedError
 from .formats import BF16, FP32, NumericFormat
 from .functions import FnSpecs
 
@@ -57,6 +57,9 @@ class KernelVariant:
                 raise SpecError(f"KernelVariant.{fmt_name} must be a NumericFormat, got {getattr(self, fmt_name)!r}")
         if self.family not in FAMILIES:
             raise SpecError(f"KernelVariant.family must be one of {sorted(FAMILIES)}, got {self.family!r}")
+        for feature in FEATURES:  # a truthy non-bool would name the variant as True does but compare unequal
+            if not isinstance(getattr(self, feature), bool):
+                raise SpecTypeError(f"KernelVariant.{feature} must be True or False, got {getattr(self, feature)!r}")
         for fn_kind in ("activation", "epilogue"):
             spec = getattr(self, fn_kind)
             if spec is not None and not isinstance(spec, FnSpecs):
@@ -173,6 +176,8 @@ class KernelVariant:
 
 
 def canonical_name(variant: KernelVariant) -> str:
+    if not isinstance(variant, KernelVariant):
+        raise SpecTypeError(f"canonical_name takes a KernelVariant, got {type(variant).__name__}")
     parts = ["ogs", variant.family, f"x{variant.x.name}"]
     if variant.family != "reduce":
         parts.append(f"w{variant.w.name}")
