@@ -87,3 +87,28 @@ def test_gradients_are_refused_until_autograd_exists(device):
         matmul_ogs(x.detach(), w, bias)
     with torch.no_grad():
         assert_close(x.detach().float() @ w.float(), matmul_ogs(x, w, None).float())
+
+
+def test_replay_guard_agrees_with_the_checked_path():
+    # The guard a plan keeps compares addresses against bounds computed once; for views of one buffer at every
+    # relative offset (transposed, strided, identical) it admits exactly the calls the checked path admits.
+    from ogsgen.runtime import memory
+    buffer = torch.zeros(4096)
+    layouts = [lambda o: buffer[o:o + 64].view(8, 8), lambda o: buffer[o:o + 64].view(8, 8).t(),
+               lambda o: buffer[o:o + 128:2], lambda o: buffer[o:o + 8]]
+    names = ("y", "y_acc_in", "x")
+    for y_layout in layouts:
+        for acc_layout in layouts:
+            recorded = [y_layout(1000), acc_layout(2000), buffer[3000:3016]]
+            guard = memory.DisjointGuard(recorded, (0,), ((0, 1),))
+            for y_offset in range(960, 1100, 3):
+                for acc_offset in (960, 1000, 1030, 1064, 2000):
+                    tensors = [y_layout(y_offset), acc_layout(acc_offset), buffer[3000:3016]]
+                    try:
+                        memory.check_outputs_disjoint({"y": tensors[0]}, dict(zip(names[1:], tensors[1:])),
+                                                      same_allowed=(("y", "y_acc_in"),))
+                        admitted = True
+                    except SpecError:
+                        admitted = False
+                    if memory.same_elements(*recorded[:2]) or not memory.same_elements(*tensors[:2]):
+                        assert guard(tensors) == admitted, (y_offset, acc_offset)

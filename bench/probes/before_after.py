@@ -1,7 +1,7 @@
 """Probe (needs a CUDA GPU): the bench's ogsgen cases on this tree against an earlier tree, in one process.
 
     git worktree add /tmp/base <commit> && bench/probes/stage_base.sh /tmp/base .base   # here, before the run
-    PYTHONPATH=.:.base python bench/probes/before_after.py --out DIR [--base-name ogsgen_base]
+    PYTHONPATH=.:.base python bench/probes/before_after.py --out DIR [--base-name ogsgen_base] [--only LABEL...]
 
 The earlier tree is imported as another package (``stage_base.sh`` copies it under the name ``ogsgen_base``,
 templates/ and generated/ beside it), so that both libraries run on one machine start, at one clock state: every
@@ -41,6 +41,7 @@ def main():
     parser.add_argument("--base-name", default="ogsgen_base")
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 32, 256, 2048, 8192])
     parser.add_argument("--host-rounds", type=int, default=5)
+    parser.add_argument("--only", nargs="+", help="the cases whose label contains one of these strings")
     args = parser.parse_args()
     base = importlib.import_module(args.base_name)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -49,6 +50,8 @@ def main():
              for name in MOE_SHAPES for fmt in ("bf16", "mxfp4") for tokens in args.tokens]
     cases += [(f"dense bf16 {m}x{n}x{k}", lambda lib, m=m, n=n, k=k: dense_cases(m, n, k, None, lib=lib))
               for m, n, k in DENSE_SHAPES]
+    if args.only:
+        cases = [(label, make) for label, make in cases if any(part in label for part in args.only)]
     rows = []
     for label, make in cases:
         fns = [ogsgen_call(make(lib)) for lib in libraries.values()]

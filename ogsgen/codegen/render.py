@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -13,6 +14,10 @@ from .._resources import data_dir
 from .._version import __version__
 from ..spec.functions import function_source_hash
 from ..spec.variant import KernelVariant, canonical_name
+
+# CPython 3.11's ast module keeps its recursion counter per interpreter, so parses in two threads at once
+# fail with "AST constructor recursion depth mismatch" (python/cpython#106905); builds in threads serialize here.
+_PARSE_LOCK = threading.Lock()
 
 _TL_DTYPE = {"bf16": "tl.bfloat16", "fp16": "tl.float16", "fp32": "tl.float32", "e4m3": "tl.float8e4nv",
              "e5m2": "tl.float8e5"}
@@ -127,7 +132,9 @@ def _runtime_ints(variant: KernelVariant, persistent: bool = False) -> list[str]
     kernel serves every batch size (and ``ogsgen warmup`` covers all of them)."""
     if persistent:
         return ["n_expts_tot", "n_programs"] if variant.ragged else ["M", "n_batches", "n_programs"]
-    if variant.family == "reduce" or not variant.ragged:
+    if variant.family == "reduce":
+        return ["M"] if variant.scatter else ["M", "n_expts_tot"]
+    if not variant.ragged:
         return ["M"]
     return ["n_row_tiles", *(["n_expts_act"] if variant.gather else [])]
 
@@ -158,5 +165,6 @@ def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
         y_mx=_mx_constants(variant.y.element) if variant.y.scaling == "block_e8m0" else {},
         ragged_rows_bound=hex(RAGGED_ROWS_BOUND),
     )
-    ast.parse(source, filename=f"{name}.py")  # a template bug must fail here, not at import time
+    with _PARSE_LOCK:
+        ast.parse(source, filename=f"{name}.py")  # a template bug must fail here, not at import time
     return RenderedKernel(name, variant, source, provenance)

@@ -155,7 +155,9 @@ def _prepare_dense(weight, bias, layout, gate_up, format, rounding) -> PreparedW
     k_major = w.mT.float().contiguous()                      # (E, N, K): K contiguous
     if format in _FP8:
         largest = torch.finfo(_FP8[format]).max
-        scale = (k_major.abs().amax(dim=(1, 2)) / largest).clamp_min(torch.finfo(torch.float32).tiny)
+        per_expert = k_major.flatten(1)
+        absmax = per_expert.abs().amax(dim=1) if per_expert.shape[1] else per_expert.new_zeros(len(per_expert))
+        scale = (absmax / largest).clamp_min(torch.finfo(torch.float32).tiny)
         values = (k_major / scale[:, None, None]).to(_FP8[format])
         return PreparedWeights(values.mT, bias, format, scale=scale, gate_up=gate_up, layout=layout)
     values, scales = quantize_mx(k_major, _MX[format], axis=-1, rounding=rounding)

@@ -1,6 +1,7 @@
 """MX quantization and dequantization on the device (Triton); ``ogsgen.numerics.mx`` holds the torch references."""
 from __future__ import annotations
 
+import math
 import torch
 import triton
 import triton.language as tl
@@ -70,7 +71,8 @@ def quantize_mx(x: torch.Tensor, element: str, axis: int = -1, rounding: str = "
     size = x.shape[axis]
     if element == "e2m1" and size % 2:
         raise SpecError(f"e2m1 packs two values per byte along axis {axis}: its size must be even, got {size}")
-    rows = x.movedim(axis, -1).reshape(-1, size).contiguous()
+    lead = x.movedim(axis, -1).shape[:-1]
+    rows = x.movedim(axis, -1).reshape(math.prod(lead), size).contiguous()  # (-1 is ambiguous for empty x)
     n_rows = rows.shape[0]
     values = torch.empty((n_rows, size // 2 if element == "e2m1" else size), device=x.device,
                          dtype=torch.uint8 if element == "e2m1" else FP8_DTYPES[element])
@@ -82,7 +84,6 @@ def quantize_mx(x: torch.Tensor, element: str, axis: int = -1, rounding: str = "
                              ELEMENT=element, EMAX=emax, MAX_MANTISSA=max_mantissa, MAX_VALUE=largest,
                              ROUND_UP=rounding == "up", OUT_DTYPE=_TL_FP8.get(element, tl.uint8),
                              BLOCK_R=_BLOCK_R, BLOCK_S=_BLOCK_S)
-    lead = x.movedim(axis, -1).shape[:-1]
     return (values.reshape(*lead, values.shape[-1]).movedim(-1, axis),
             scales.reshape(*lead, scales.shape[-1]).movedim(-1, axis))
 
@@ -99,8 +100,9 @@ def dequantize_mx(values: torch.Tensor, scales: torch.Tensor, element: str, axis
         raise SpecError(f"scales are on {scales.device} but values are on {values.device}; move both to one device")
     packed = values.movedim(axis, -1)
     size = packed.shape[-1] * (2 if element == "e2m1" else 1)
-    rows = packed.reshape(-1, packed.shape[-1]).contiguous()
-    row_scales = scales.movedim(axis, -1).reshape(rows.shape[0], -1).contiguous()
+    n_rows = math.prod(packed.shape[:-1])
+    rows = packed.reshape(n_rows, packed.shape[-1]).contiguous()
+    row_scales = scales.movedim(axis, -1).reshape(n_rows, scales.shape[axis]).contiguous()
     out = torch.empty((rows.shape[0], size), device=values.device, dtype=dtype)
     if rows.shape[0] and size:
         grid = (triton.cdiv(rows.shape[0], _BLOCK_R), triton.cdiv(size, _BLOCK_S))

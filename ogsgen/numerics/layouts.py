@@ -19,6 +19,7 @@ The layout does not depend on the kernel's warp count or tile shape, beyond tile
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -103,7 +104,7 @@ def _words_of_codes(codes: torch.Tensor) -> torch.Tensor:
         for lane in range(2):
             for bit, position in enumerate(WORD_BITS[register][lane]):
                 words |= ((by_word[..., register, lane] >> bit) & 1) << position   # bit 31 wraps to the sign
-    return words.reshape(words.shape[0], -1)
+    return words.flatten(1)
 
 
 def _codes_of_words(words: torch.Tensor) -> torch.Tensor:
@@ -144,7 +145,7 @@ def swizzle_mx_values(values: torch.Tensor, layout: str = "hopper", capability=N
                         f"and newer); capability {capability} has none: keep the strided values")
     k, n = 2 * values.shape[-2], values.shape[-1]
     batch = values.shape[:-2]
-    flat = values.reshape(-1, *values.shape[-2:])
+    flat = values.reshape(math.prod(batch), *values.shape[-2:])  # (a -1 would be ambiguous for empty values)
     data = torch.empty(flat.shape[0], -(-n // HOPPER_SLAB), -(-k // HOPPER_GROUP) * 128, dtype=torch.int32,
                        device=values.device)
     for index, matrix in enumerate(flat):  # one matrix (expert) at a time bounds the temporaries
@@ -161,7 +162,7 @@ def unswizzle_mx_values(w: SwizzledMxValues) -> torch.Tensor:
         raise SpecError(f"w must be a SwizzledMxValues (from swizzle_mx_values), got {type(w).__name__}")
     slabs, words_per_slab = w.data.shape[-2:]
     batch = w.data.shape[:-2]
-    flat = w.data.reshape(-1, slabs, words_per_slab)
+    flat = w.data.reshape(math.prod(batch), slabs, words_per_slab)
     values = torch.empty(flat.shape[0], w.n, w.k // 2, dtype=torch.uint8, device=w.data.device)
     for index, matrix in enumerate(flat):  # one matrix (expert) at a time bounds the temporaries
         codes = _codes_of_words(matrix)[: w.n, : w.k]                             # (N, K)

@@ -15,6 +15,8 @@ with integer operations only, so this torch version and the Triton one (``ogsgen
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..errors import SpecError, SpecTypeError
@@ -124,8 +126,9 @@ def dequantize_mx_torch(values: torch.Tensor, scales: torch.Tensor, element: str
     row_scales = scales.movedim(axis, -1)
     size = rows.shape[-1] * (2 if element == "e2m1" else 1)
     out = torch.empty((*rows.shape[:-1], size), dtype=dtype, device=values.device)
-    flat_rows, flat_scales = rows.reshape(-1, rows.shape[-1]), row_scales.reshape(-1, row_scales.shape[-1])
-    flat_out = out.view(-1, size)
+    n_rows = math.prod(rows.shape[:-1])  # (a -1 would be ambiguous for empty values)
+    flat_rows, flat_scales = rows.reshape(n_rows, rows.shape[-1]), row_scales.reshape(n_rows, row_scales.shape[-1])
+    flat_out = out.view(n_rows, size)
     step = max(1, DEQUANTIZE_SLAB // max(size, 1))
     for start in range(0, flat_rows.shape[0], step):
         flat_out[start:start + step] = _dequantize_rows(flat_rows[start:start + step],

@@ -599,7 +599,8 @@ def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: 
     if variant.ragged:
         args["XDesc"] = ragged_rows_descriptor(x, flags.block_m, flags.block_k)
         if variant.persistent_stores_y_by_tma:
-            args["YDesc"] = ragged_rows_descriptor(out, *y_block)
+            # (a ragged call's y may carry a batch dimension of 1)
+            args["YDesc"] = ragged_rows_descriptor(out[0] if out.ndim == 3 else out, *y_block)
         meta = call.routing.expt_data
         n_expts = call.routing.n_expts_tot
         args.update(SliceSizes=meta.slice_sizes, SliceOffs=meta.slice_offs, BlockOffs=meta.block_offs(flags.block_m),
@@ -665,7 +666,10 @@ def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, o
         args.update(ScatterSrcIndx=scatter_src, S=scatter_src.shape[0] // m, stride_x_s=parts.stride(0) if split else 0,
                     split_k=parts.shape[0] if split else 1)
     else:
-        args.update(stride_x_s=parts.stride(0), stride_x_b=parts.stride(1), S=parts.shape[0])
+        ragged = call.routing is not None
+        args.update(stride_x_s=parts.stride(0), stride_x_b=parts.stride(1), S=parts.shape[0], RAGGED=ragged,
+                    SliceOffs=call.routing.expt_data.slice_offs if ragged else None,
+                    n_expts_tot=call.routing.n_expts_tot if ragged else 0)
     if variant.gammas:
         args["Gammas"] = gammas
     if variant.y.scaling == "flexpoint":

@@ -67,24 +67,34 @@ def check_outputs_disjoint(written: dict, read: dict, same_allowed: tuple = ()) 
 
 class DisjointGuard:
     """The check of :func:`check_outputs_disjoint` for calls of one signature, on the positions of the call's
-    tensor list: extents are the signature's, so a replay compares addresses only. ``__call__(tensors)`` is True
-    when the written tensors overlap nothing (beyond the allowed identical pairs)."""
-    __slots__ = ("positions", "pairs")
+    tensor list. Extents are the signature's, so a replay only reads addresses: tensor j overlaps written tensor i
+    when ``low < start_j - start_i < high``, bounds computed here once. ``__call__(tensors)`` is True when the
+    written tensors overlap nothing (beyond the allowed identical pairs)."""
+    __slots__ = ("checks",)
 
     def __init__(self, tensors: list, written: tuple[int, ...], same_allowed: tuple = ()):
         extents = [byte_extent(t) if isinstance(t, torch.Tensor) else None for t in tensors]
-        self.pairs = tuple((i, extents[i], j, extents[j], (i, j) in same_allowed)
-                           for i in written if extents[i] is not None
-                           for j in range(len(tensors)) if j != i and extents[j] is not None)
-        self.positions = tuple(sorted({p for i, _, j, _, _ in self.pairs for p in (i, j)}))
+        checks = []
+        for i in written:
+            if extents[i] is None:
+                continue
+            bounds = []
+            for j, extent in enumerate(extents):
+                if j == i or extent is None:
+                    continue
+                low, high = extents[i][0] - extent[1], extents[i][1] - extent[0]
+                if (i, j) in same_allowed and same_elements(tensors[i], tensors[j]):
+                    # the same elements at one address are allowed: overlaps on either side of 0 are not
+                    bounds += [(j, low, 0), (j, 0, high)]
+                else:
+                    bounds.append((j, low, high))
+            checks.append((i, tuple(bounds)))
+        self.checks = tuple(checks)
 
     def __call__(self, tensors: list) -> bool:
-        if not self.pairs:
-            return True
-        start = {p: tensors[p].data_ptr() for p in self.positions}
-        for i, extent_i, j, extent_j, same_allowed in self.pairs:
-            if same_allowed and start[i] == start[j]:
-                continue  # identical extents (the signature's) at one address: the same elements
-            if _overlap(start[i], extent_i, start[j], extent_j):
-                return False
+        for i, bounds in self.checks:  # ~17 bounds for a routed call, on the hot path: a minimal loop body
+            start = tensors[i].data_ptr()
+            for j, low, high in bounds:
+                if low < tensors[j].data_ptr() - start < high:
+                    return False
         return True

@@ -53,12 +53,12 @@ def matmul_ogs_torch(x, w, bias, routing_data=None, gather_indx=None, scatter_in
             return None
         return bias if bias.ndim == 1 else bias[index if bias.shape[0] > 1 else 0]
 
-    device = x.device
+    device, n_out = x.device, w.shape[-1] // act.specs.reduction_n
     if routing_data is not None and routing_data.expt_hist is not None:
         k = routing_data.n_expts_act
         n_rows = gather_indx.src_indx.shape[0] if gather_indx is not None else x.shape[0]
         ends = torch.cumsum(routing_data.expt_hist.long(), 0).tolist()
-        out = torch.zeros((n_rows, w.shape[-1] // act.specs.reduction_n), device=device)
+        out = torch.zeros((n_rows, n_out), device=device)
         for expert, (lo, hi) in enumerate(zip([0] + ends[:-1], ends)):
             positions = torch.arange(lo, hi, device=device)
             rows = gather_indx.src_indx[lo:hi].long() // k if gather_indx is not None else positions
@@ -74,12 +74,13 @@ def matmul_ogs_torch(x, w, bias, routing_data=None, gather_indx=None, scatter_in
         ws = w if w.ndim == 3 else w.unsqueeze(0)
         positions = torch.arange(xs.shape[1], device=device)
         outs = torch.stack([segment(xs[b], positions, ws[b if ws.shape[0] > 1 else 0], bias_of(b))
-                            for b in range(xs.shape[0])])
+                            for b in range(xs.shape[0])]) if xs.shape[0] else torch.zeros(0, xs.shape[1], n_out,
+                                                                                          device=device)
     if y_acc_in is not None:
         outs = outs + (y_acc_in if y_acc_in.ndim == 3 else y_acc_in[None]).float()
     if not epi.specs.is_default:
         rows, cols = torch.arange(outs.shape[1], device=device), torch.arange(outs.shape[2], device=device)
         outs = torch.stack([_reference_of(epi.specs, "epilogue")(o, rows, cols, *epi.fn_arg_values_matmul)
-                            for o in outs])
+                            for o in outs]) if len(outs) else outs
     outs = outs.to(pc.out_dtype or x.dtype)
     return outs if x.ndim == 3 else outs[0]
