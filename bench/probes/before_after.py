@@ -2,6 +2,7 @@
 
     git worktree add /tmp/base <commit> && bench/probes/stage_base.sh /tmp/base .base   # here, before the run
     PYTHONPATH=.:.base python bench/probes/before_after.py --out DIR [--base-name ogsgen_base] [--only LABEL...]
+        [--this-name PACKAGE]
 
 The earlier tree is imported as another package (``stage_base.sh`` copies it under the name ``ogsgen_base``,
 templates/ and generated/ beside it), so that both libraries run on one machine start, at one clock state: every
@@ -26,8 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_moe import (DENSE_SHAPES, MOE_SHAPES, case_logits, dense_cases, graph_medians,  # noqa: E402
                        host_overhead_us, moe_cases, write_csv)
 
-import ogsgen  # noqa: E402
-
 SLOWER_LIMIT = 1.02  # issue 28: no case more than 2% slower than before
 
 
@@ -39,13 +38,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--base-name", default="ogsgen_base")
+    parser.add_argument("--this-name", default="ogsgen",
+                        help="the package timed as 'this tree' (an A/A control: a second staged copy of the base)")
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 32, 256, 2048, 8192])
     parser.add_argument("--host-rounds", type=int, default=5)
     parser.add_argument("--only", nargs="+", help="the cases whose label contains one of these strings")
     args = parser.parse_args()
     base = importlib.import_module(args.base_name)
     args.out.mkdir(parents=True, exist_ok=True)
-    libraries = {"this tree": ogsgen, "base": base}
+    libraries = {"this tree": importlib.import_module(args.this_name), "base": base}
     cases = [(f"{name} {fmt} T={tokens}", lambda lib, n=name, f=fmt, t=tokens: moe_cases(n, t, f, None, lib=lib))
              for name in MOE_SHAPES for fmt in ("bf16", "mxfp4") for tokens in args.tokens]
     cases += [(f"dense bf16 {m}x{n}x{k}", lambda lib, m=m, n=n, k=k: dense_cases(m, n, k, None, lib=lib))
