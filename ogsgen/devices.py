@@ -1,21 +1,72 @@
-"""Where ogsgen's kernels run: a CUDA device, or the CPU through Triton's interpreter (TRITON_INTERPRET=1)."""
+"""Where ogsgen's kernels run: a CUDA device, described once by its :class:`Target`, or the CPU through Triton's
+interpreter (TRITON_INTERPRET=1). Every capability decision (TMA, wgmma, fp8, the SM count) reads a Target."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
-from .errors import SpecError
+from .errors import SpecError, UnsupportedError
 
 
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+@dataclass(frozen=True)
+class Target:
+    """What ogsgen's kernels may use on one NVIDIA GPU."""
+    name: str
+    capability: tuple[int, int]
+    sm_count: int  # the heuristic sizes grids and persistent launches by it
+
+    @property
+    def tma(self) -> bool:
+        """Tensor-memory-accelerator loads and stores (Hopper and later): the persistent kernels use them."""
+        return self.capability >= (9, 0)
+
+    @property
+    def wgmma(self) -> bool:
+        """sm_90's asynchronous MMA with a register operand, which the ptxas hazard check is about."""
+        return self.capability[0] == 9
+
+    @property
+    def fp8(self) -> bool:
+        """fp8 tensor-core MMAs (Ada, Hopper and later)."""
+        return self.capability >= (8, 9)
+
+    @property
+    def register_operand_mma(self) -> bool:
+        """16-bit MMAs that take an operand from registers (Ampere and later): the mxfp4 hopper layout's."""
+        return self.capability >= (8, 0)
+
+
+def target(device: torch.device | int | None = None) -> Target:
+    """The Target of a CUDA device (an index, a torch.device, or None for the current one)."""
+    if isinstance(device, torch.device):
+        device = device.index
+    return _target(torch.cuda.current_device() if device is None else device)
+
+
+@lru_cache(maxsize=None)
+def _target(index: int) -> Target:
+    if torch.version.hip is not None:
+        # ROCm's torch.cuda reports an MI300 as capability (9, 4), which would read as Hopper
+        raise UnsupportedError(f"ogsgen's kernels are written for NVIDIA GPUs (PTX, TMA, wgmma); this torch runs on "
+                               f"ROCm {torch.version.hip}: use triton_kernels or another ROCm MoE kernel there")
+    properties = torch.cuda.get_device_properties(index)
+    return Target(properties.name, (properties.major, properties.minor), properties.multi_processor_count)
+
+
 def check_kernel_device(tensor: torch.Tensor, name: str) -> None:
-    """Raise SpecError unless ``tensor`` lives where the kernels run."""
+    """Raise SpecError unless ``tensor`` lives where the kernels run (UnsupportedError on a GPU they do not serve)."""
     device = tensor.device
-    if device.type == "cuda" or (device.type == "cpu" and interpreting()):
+    if device.type == "cuda":
+        target(device)
+        return
+    if device.type == "cpu" and interpreting():
         return
     where = "a CUDA device" + (" (or the CPU, as Triton's interpreter is on)" if interpreting() else
                                " (on the CPU only through Triton's interpreter, TRITON_INTERPRET=1)")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..devices import check_kernel_device
+from ..devices import check_kernel_device, target
 from ..errors import SpecError, SpecTypeError
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
@@ -118,7 +118,7 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
 def _wants_hopper_layout(value_layout: str, device: torch.device) -> bool:
     if value_layout != "auto":
         return value_layout == "hopper"
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+    return device.type == "cuda" and target(device).wgmma
 
 
 def _check_bias(bias, experts: int, out: int) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..devices import target
 from ..errors import SpecError, SpecTypeError
 
 HOPPER_GROUP = 64          # K rows per group of words
@@ -82,9 +83,7 @@ class SwizzledMxValues:
 
 
 def _default_capability(device: torch.device) -> tuple[int, int]:
-    if device.type == "cuda":
-        return torch.cuda.get_device_capability(device)
-    return (9, 0)
+    return target(device).capability if device.type == "cuda" else (9, 0)
 
 
 # A value at (N, K) = (16 s + 8 q + r, 64 g + 16 j + 8 h + 2 t + lane) lies in word (r, t, j) of slab s, group g,

@@ -11,7 +11,7 @@ from triton.runtime.errors import OutOfResources
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..codegen.render import ARG_PREFIX
-from ..devices import check_kernel_device
+from ..devices import check_kernel_device, target
 from ..errors import SpecError, SpecTypeError, UnsupportedError
 from ..moe import checks as routing_checks
 from ..moe.gather import gather_rows_launch
@@ -34,12 +34,6 @@ MX_FP8_DTYPES = {torch.float8_e4m3fn: MXFP8_E4M3, torch.float8_e5m2: MXFP8_E5M2}
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)  # triton.cdiv costs microseconds per call on the host in recent Triton releases
-
-
-@lru_cache(maxsize=None)
-def sm_count(device_index: int) -> int:
-    """SMs of a CUDA device (the heuristic sizes grids and persistent launches by it)."""
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,7 +158,7 @@ def _unwrap_swizzled(w, x):
         raise SpecError(f"w is a SwizzledMxValues whose data does not hold K={w.k} x N={w.n} values in the hopper "
                         f"layout (int32, (..., {words[0]}, {words[1]})); make it with ogsgen.swizzle_mx_values")
     if x.is_cuda:
-        capability = torch.cuda.get_device_capability(x.device)
+        capability = target(x.device).capability
         if capability[0] != w.capability[0]:
             raise SpecError(f"w was swizzled (layout {w.layout!r}) for a compute capability "
                             f"{w.capability[0]}.{w.capability[1]} GPU but x is on a {capability[0]}.{capability[1]} "
@@ -233,18 +227,12 @@ _NO_PERSISTENT_KERNEL = ("this call's kernel variant has no persistent kernel: t
                          "of one format")
 
 
-@lru_cache(maxsize=None)
-def has_tma(device_index: int) -> bool:
-    """Whether a CUDA device has TMA (Hopper and later), which the persistent kernels load tiles with."""
-    return torch.cuda.get_device_capability(device_index)[0] >= 9
-
-
 def _persistent_blocker(variant: KernelVariant, x: torch.Tensor) -> str | None:
     """None when the variant's persistent TMA kernel can run on x's device, else why it cannot. (Whether x and w
     suit TMA is checked only for calls that pick the kernel: ``_tma_blocker``.)"""
     if not variant.has_persistent_kernel:
         return _NO_PERSISTENT_KERNEL
-    if x.is_cuda and not has_tma(x.device.index):
+    if x.is_cuda and not target(x.device).tma:
         return "the persistent kernel loads tiles by TMA, which needs a GPU of compute capability 9.0 or later"
     return None
 
@@ -277,8 +265,8 @@ def _tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool, y: torch.Te
 
 
 def _check_fp8_hardware(device) -> None:
-    capability = torch.cuda.get_device_capability(device)
-    if capability < (8, 9):
+    if not target(device).fp8:
+        capability = target(device).capability
         raise SpecError(f"fp8 tensors need a GPU of compute capability 8.9 or newer (Ada, Hopper); {device} is "
                         f"{capability[0]}.{capability[1]}: use bf16/fp16, or mxfp4 weights (dequantized in the kernel)")
 
@@ -536,14 +524,9 @@ def launch_options(flags: OptFlags) -> dict:
     return options
 
 
-@lru_cache(maxsize=None)
-def _wgmma_device(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index)[0] == 9
-
-
 def _has_wgmma(x: torch.Tensor) -> bool:
     """Whether x's device runs Hopper's wgmma (sm_90), whose register operand the hazard check is about."""
-    return x.is_cuda and _wgmma_device(x.device.index if x.device.index is not None else torch.cuda.current_device())
+    return x.is_cuda and target(x.device).wgmma
 
 
 def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, split_k: int):
@@ -615,7 +598,7 @@ def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: 
         tiles = call.batch * _cdiv(call.m, flags.block_m)
     tiles *= _cdiv(call.n, flags.block_n)
     # One program per SM; the interpreter (CPU) gets three, so that its programs, too, loop over tiles.
-    n_programs = max(1, min(tiles, sm_count(x.device.index) if x.is_cuda else 3))
+    n_programs = max(1, min(tiles, target(x.device).sm_count if x.is_cuda else 3))
     args["n_programs"] = n_programs
     return args, (n_programs, 1, 1)
 
@@ -904,8 +887,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     tokens_per_expt = 0
     if ragged:
         tokens_per_expt = routing_data.expected_tokens_per_expt or max(1, m // n_expts)
-    n_sms = sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) \
-        if x.is_cuda else None
+    n_sms = target(x.device).sm_count if x.is_cuda else None
     topk = scatter_indx is not None and routing_data.n_expts_act > 1
     # K splits where its partials are summed before anything nonlinear: by a reduce of their own, or by a top-k
     # scatter's combine when no activation comes between the two sums

@@ -32,6 +32,7 @@ from queue import Empty
 
 import torch
 
+from ..devices import target
 from ..errors import OgsgenError
 from ..spec.variant import KernelVariant, canonical_name
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
@@ -186,9 +187,8 @@ def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
 
 def _gpu(device_index: int) -> tuple[int, bool]:
     """(SM count, TMA available) of a CUDA device: what the opt-flags heuristic decides on."""
-    from .matmul import has_tma, sm_count
-
-    return sm_count(device_index), has_tma(device_index)
+    gpu = target(device_index)
+    return gpu.sm_count, gpu.tma
 
 
 def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device, small_scales: bool):
