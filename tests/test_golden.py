@@ -73,6 +73,15 @@ def test_repo_generated_folder_is_up_to_date():
     assert report.ok, f"generated/ is out of date: {report}; run `ogsgen build`"
 
 
+def test_generated_files_name_only_shipped_files():
+    # Kernel files ship in the wheel; the repository's bench results and docs do not, so comments rendered into
+    # them must not send a reader there.
+    for path in sorted(data_dir("generated").glob("*.py")):
+        text = path.read_text()
+        for repo_only in ("bench/", "docs/", "NOTES.md"):
+            assert repo_only not in text, f"{path.name} names {repo_only!r}, which the wheel does not ship"
+
+
 def _copy_tree(dst: Path) -> Path:
     root = HERE.parent
     for folder in ("ogsgen", "templates", "generated"):

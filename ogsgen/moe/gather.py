@@ -9,9 +9,7 @@ import triton.language as tl
 from ..devices import check_kernel_device
 from ..errors import SpecError
 
-# Measured on the H200 (bench/probes/gather_copy.py, bench/results/2026-12-01n-probes): 8 rows x 256 columns per
-# program, 4 warps, is within 2% of the fastest of ten tiles on gpt-oss w1 and DeepSeek-V3 w1 at T=2048 and 8192,
-# and 1.25-1.5x faster than torch's index_select (gpt-oss T=8192 102.6 -> 72.9 us, DeepSeek-V3 439 -> 290).
+# The fastest of ten tiles, within 2%, on the bench's prefill cases (docs/heuristics.md, "Gather copy").
 _BLOCK_ROWS, _BLOCK_K, _NUM_WARPS = 8, 256, 4
 
 

@@ -2,9 +2,7 @@
 
 A ragged descriptor describes a 2-D tensor of rows that the kernel reads and writes in slices (an expert's rows)
 whose ends it names per access, so that TMA clips each access at its slice's end: rows past it load as zeros
-and are not stored. Measured on the H200 (bench/results/2026-12-02b-probes), a persistent 128x256x64 tile walk
-whose tiles load rows past their expert this way is 1.1-4.0% faster at T=8192 than one that reads them from
-memory; those calls run at the GPU's power limit, where reading less and multiplying zeros both save power.
+and are not stored, which is faster than reading them at the GPU's power limit (docs/heuristics.md).
 
 How: with s the row stride, the descriptor's dimensions have strides (2**34 - s, s, s, 1), and the row
 dimension (the third) is bounded by ``RAGGED_ROWS_BOUND`` (2**30). At coordinates (2**30, slice_end,

@@ -605,7 +605,7 @@ def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: 
 
 def _rows_in_sorted_order(call: _Launch) -> torch.Tensor:
     """The gather done ahead, for the persistent kernel: one copy of x's rows per gate (measured on the H200: the
-    persistent kernel's gain at large batches pays for it, bench/NOTES.md), into a buffer of the call's plan."""
+    persistent kernel's gain at large batches pays for it, docs/heuristics.md), into a buffer of the call's plan."""
     gates, x = call.gather_indx.src_indx, call.x
     out = plans.new_buffer((gates.numel(), x.shape[1]), x.dtype, x.device)
     if (launch := gather_rows_launch(x, gates, call.routing.n_expts_act, out)) is not None:

@@ -118,9 +118,8 @@ def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:
     return -(-(m - n_expts + 1) // block_m) + n_expts - 1
 
 
-# An eager call of the persistent decode kernel costs the host more than a tiled one: gpt-oss w2 bf16 T=1 went 35 ->
-# 68 us per call (bench/results/2026-12-02f), host-bound, while its kernel saved 1.3 us; at T=8 (531 MB of W, 108 us)
-# its eager time fell. So that kernel needs W that takes the host's 68 us to stream at about 4.4 TB/s.
+# An eager call of the persistent decode kernel costs the host more than a tiled one: it pays only where streaming W
+# takes longer than that host time (docs/heuristics.md, "Decode, rows read in place").
 _HOST_HIDING_W_BYTES = 300 * 10**6
 
 
@@ -130,12 +129,8 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
     if (itemsize == 2 and w_mx_layout is None and n_expts is not None and m < n_expts and not x_gathered
             and n >= 256 and k >= 256 and can_persist and m * n * k * itemsize >= _HOST_HIDING_W_BYTES):
-        # Fewer rows than experts (decode), read in place: the persistent TMA kernel streams W faster. Measured
-        # on the H200, tiles timed in turn (bench/results/2026-12-02c-probes/tile_sweep_bf16_w2_decode_in_turn.csv),
-        # gpt-oss w2 (128 experts, N = K = 2880): T=8 111.9 -> 107.3 us, T=1 23.0 -> 21.8. With a row per
-        # expert or more (T=32, 256) it was 1-2% slower, and with gathered x (w1 T=8, copied first) 5% slower.
-        # Only where W (at most one expert's per row) takes longer to stream than the eager call's host time:
-        # see _HOST_HIDING_W_BYTES.
+        # Fewer rows than experts (decode), read in place: the persistent TMA kernel streams W faster, where W
+        # outlasts the eager call's host time (docs/heuristics.md, "Decode, rows read in place").
         return OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=4, persistent=True)
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32. At least 16 (tl.dot), and 32 for an
@@ -145,9 +140,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
     wait_mma, maxnreg = False, None
     if itemsize == 2 and w_mx_layout is None and block_m == 16:
-        # Decode rows with 16-bit W: two warpgroups per 16x128 tile stream W faster, measured on the H200
-        # (bench/results/2026-12-01e-probes/tile_sweep_bf16_decode*.csv): T=1 15% faster on gpt-oss (w1 40.3 ->
-        # 34.1 us), T=8 2-7%, T=32 1-4%, T=256 within 0.6% either way.
+        # Decode rows with 16-bit W: two warpgroups per 16x128 tile stream W faster (docs/heuristics.md).
         num_warps = 8
     stage_bytes = (block_m + block_n) * block_k * itemsize
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
@@ -155,41 +148,24 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     fills_gpu = n_sms is None or wide_tiles >= n_sms
     if (itemsize == 2 and w_mx_layout is None and n_expts is None and block_m == 128 and n > 128 and k >= 256
             and can_persist and (fills_gpu or m > 512)):
-        # Dense and batched 16-bit calls of 128-row tiles, measured on the H200 with tiles timed in turn
-        # (bench/probes/tile_sweep.py --in-turn, bench/results/2026-12-02g-probes): the persistent 128x256x64 tile
-        # is 10-27% faster than 128x128 tiles where both fill their last wave of tiles about as well (640x4096x7168
-        # 93.6 -> 73.6 us, 2048x5760x2880 124.4 -> 108.6), even under one wave, and 4-8% faster where 128x128
-        # tiles fill it up to 1.12 times better (2560x5760x2880, 4096x5760x2880). Where they fill it 1.17-1.33
-        # times better, the persistent 128x128x64 tile is 2-12% faster (1536x5760x2880 97.6 -> 95.4,
-        # 768x5760x2880 60.2 -> 53.4, 1280x4096x7168 149.8 -> 143.1); the tiled kernel's 128x128 tile ran within
-        # 3% of the persistent one there.
+        # Dense and batched 16-bit calls of 128-row tiles: the persistent 128x256x64 tile, or its 128x128x64
+        # tile where that fills the last wave of tiles clearly better (docs/heuristics.md).
         narrow_tiles = batch * triton.cdiv(m, 128) * triton.cdiv(n, 128)
         if n_sms is not None and _wave_fill(narrow_tiles, n_sms) > 1.15 * _wave_fill(wide_tiles, n_sms):
             return OptFlags(128, 128, 64, group_m=8, num_warps=8, num_stages=4, persistent=True)
         return OptFlags(128, 256, 64, group_m=8, num_warps=8, num_stages=3, persistent=True)
     if itemsize == 2 and w_mx_layout is None and block_m >= 64 and n > 128 and k >= 256 and fills_gpu:
-        # Wide N tiles for 16-bit operands with enough rows, when they still fill the GPU: measured on the H200
-        # (bench/probes/tile_sweep.py, bench/NOTES.md), 128x256x32 with 5 stages is 15-30% faster than 128x128x64
-        # from T=2048 up, and 64x256x64 with 4 stages beats 64x128 when experts get about 64 rows; a 64-row
-        # dense matmul is 30% slower with them (23 tiles for 132 SMs).
+        # Wide N tiles for 16-bit operands with enough rows, when they still fill the GPU (docs/heuristics.md).
         block_n = 256
         block_k, num_warps, num_stages = (32, 8, 5) if block_m == 128 else (64, 4, 4)
         if can_persist:
-            # The persistent TMA kernel, measured on the H200 (bench/probes/tma_persistent.py, bench/NOTES.md):
-            # 128x256x64 with 3 stages is 5-14% faster than the tiles above (gpt-oss w2 T=8192 1322 -> 1158 us,
-            # dense 4096x5760x2880 227 -> 216 us), also with 64 rows per expert; neutral at 8192^3. Gathered x is
-            # copied into row order first (bench/probes/large_batch.py): gpt-oss w1 T=8192 2760 -> 2370 us and
-            # DeepSeek-V3 w1 9081 -> 8039 us, copy included.
+            # The persistent TMA kernel is faster still, gathered x copied into row order first included.
             return OptFlags(128, 256, 64, group_m=8, num_warps=8, num_stages=3, persistent=True)
     if (itemsize == 2 and w_mx_layout is None and n_expts is None and 64 <= block_m and m <= 512 and n > 128
             and k >= 256 and can_persist and not fills_gpu):
         # Dense and batched 16-bit calls of 33 to 512 rows, whose tiles leave SMs idle: the persistent TMA kernel
         # with 64-row tiles and 256 bytes of K per step, 64 columns wide where 64x128 tiles would leave half the
-        # SMs idle. Measured on the H200 (bench/probes/tile_sweep.py, bench/results/2026-12-02c-probes) against
-        # the tiles above: 64x5760x2880 13.4 -> 8.9 us, 128x5760x2880 22.0 -> 10.3, 128x2880x5760 24.0 -> 13.5,
-        # 64x4096x7168 26.1 -> 22.7, 256x4096x7168 41.1 -> 27.5, 512x5760x2880 34.5-40.0 -> 31.0-31.5;
-        # 256x5760x2880 even (19.0-19.1 against 18.0-19.8). Not beyond: 1000x4096x7168 was 3% slower (100.3 ->
-        # 103.7). 16 rows keep their tile (12.4 against 13.8 at best), 32 are even.
+        # SMs idle (docs/heuristics.md).
         tiles = batch * triton.cdiv(m, 64) * triton.cdiv(n, 128)
         return OptFlags(64, 128 if 2 * tiles >= n_sms else 64, 128, group_m=8, num_warps=4, num_stages=4,
                         persistent=True)
@@ -197,21 +173,8 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         # Whole 64-row K groups and 16-column N slabs per tile; the upcast W feeds the MMA from registers (sm_90
         # SASS). Where Triton 3.6's binary of a tile has ptxas's wgmma register hazard, its waiting kernel runs
         # (it waits for each wgmma in its PTX and keeps W in registers; ogsgen.runtime.wgmma_hazards).
-        # Measured on the H200 with the word layout (bench/probes/tile_sweep.py --format mxfp4,
-        # bench/results/2026-12-01g-probes):
-        # - 16 rows: 16x128x128/4 warps/3 stages is within 2% of the best tile on gpt-oss w1 T=8 and w1/w2
-        #   T=256; 16x256x128/8 warps is 10% faster on gpt-oss w2 T=8 but 33-49% slower on w1.
-        # - 64 and more rows: 64x256x64/8 warps/3 stages (waiting) beats 64x128x64/8/4 by 15-17% at T=2048
-        #   (gpt-oss w1 1270 -> 1056 us, w2 678 -> 575) and every 128-row tile at T=8192 (w1 2984 us against
-        #   3087-3712, w2 1597 against 1793-2506); rows beyond 64 per expert take more row tiles.
-        # - About one row per expert and a K that is no multiple of 128 (gpt-oss's 2880;
-        #   bench/results/2026-12-01j-probes): 64-row K steps without a masked tail, 8 warps, waiting for each
-        #   wgmma, which frees W's registers (42 per thread, against 100-118 for 16x128x128) for more resident
-        #   warps: gpt-oss w1 T=1/8/32 31.2 -> 28.5, 143 -> 129, 327 -> 322 us, w2 T=8/32 86 -> 74, 172 -> 167.
-        #   With 2 or 8 rows per expert (T=64, 256) 16x128x128 stays 1-9% faster than any of them, and with K a
-        #   multiple of 128 (DeepSeek-V3's 7168) it is 3-13% faster at T=8/32.
-        # Those tiles were measured with scales stored K-contiguous; scales stored N-contiguous (as
-        # prepare_expert_weights stores them) have tiles of their own below.
+        # The tiles below were measured with scales stored K-contiguous; N-contiguous scales (as
+        # prepare_expert_weights stores them) have tiles of their own (docs/heuristics.md, "mxfp4 W").
         if mx_scales_n_contiguous and (split_k := _hopper_mxfp4_one_wave_split(m, n, k, n_expts, n_sms, block_m,
                                                                                   can_split, split_is_free)):
             return OptFlags(16, 256, 128, group_m=8, num_warps=8, num_stages=3, split_k=split_k, maxnreg=128)
@@ -236,30 +199,9 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
 
 def _hopper_mxfp4_tile(m, n, n_expts, n_sms, block_m):
     """(block_m, block_n, block_k, num_warps, num_stages, wait_mma, maxnreg) of hopper-layout mxfp4 weights whose
-    scales are N-contiguous: each K step then reads its scales as whole 32-byte sectors (K-contiguous scales read
-    a sector per column for 2-4 useful bytes, Nsight Compute: 23-41% of a decode kernel's sectors wasted).
-    Measured on the H200 (bench/probes/tile_sweep.py --format mxfp4, bench/results/2026-12-01k-probes):
-    - 16 rows (up to 16 rows per expert): 16x256x128/8 warps. With the one-multiply upcast
-      (bench/results/2026-12-01m-probes) it was 4-10% faster than 16x128x128/4 warps/3 stages at T=8..64
-      (gpt-oss w2 T=32 142.5 -> 128.6 us, w1 T=64 326 -> 297, DeepSeek-V3 T=8 307.5 -> 291.7) and at T=1,
-      unless its tiles would leave half the SMs idle (gpt-oss w2 T=1: 48 tiles, 25% slower). How it runs
-      its wgmmas depends on its tiles (bench/results/2026-12-02a-probes, one run):
-      - one wave of tiles (T=1): wgmmas in flight, capped at 128 registers (2 CTAs per SM; it spills at 96).
-        Waiting for each wgmma is 1-4% slower there (DeepSeek-V3 55.9 against 58.3 us).
-      - more tiles than SMs: its waiting kernel capped at 80 registers, 3 CTAs per SM instead of 2, no spill:
-        3-11% faster on gpt-oss from T=8 (w2 T=8 60.2 -> 53.5 us, w1 T=8 87.7 -> 84.1, w2 T=32 131.4 ->
-        124.5), DeepSeek-V3 T=8 3% faster, T=32 and T=64 within 1%.
-      With 8 rows per expert (T=256) the waiting 16x256 tile at 80 registers is 2-4% faster than 16x128x128/4
-      warps/3 stages (gpt-oss w1 379.8 -> 366.2 us, DeepSeek-V3 1204 -> 1184), which had been within 2% of the
-      pipelined 16x256 tile.
-    - 64 rows: 64x256x128/8 warps/3 stages capped at 120 registers (2 CTAs per SM, 4-20 bytes spilled) is
-      10-45% faster than 64x256x64 (T=2048 gpt-oss w1 1069 -> 952 us, w2 945 -> 524, DeepSeek-V3 3488 -> 3075).
-      Waiting kernels (capped at 120 or 128, or not) and caps of 128 or 168 were not faster at T=2048 with the
-      pipelined K loop (bench/results/2026-12-02a-probes: at best 1.6% on DeepSeek-V3, 1-8% slower on gpt-oss).
-    - 128 rows: 128x256x128/8 warps/4 stages, 7-40% faster than the 64-row tiles (T=8192 gpt-oss w1 3005 ->
-      2791 us, w2 2707 -> 1615, DeepSeek-V3 10101 -> 9038). Since the K loop keeps its wgmmas in flight, its
-      binaries have ptxas's register hazard and its waiting kernel runs: 6-7% faster than the serialized loop
-      was, 1-3% faster than the clean binaries capped at 232 registers (bench/results/2026-12-01n-probes).
+    scales are N-contiguous (each K step then reads its scales as whole 32-byte sectors): 16-row tiles 16x256 wide,
+    waiting at 80 registers beyond one wave of tiles; 64 and 128 rows 256 wide with K steps of 128. The measurements
+    per row count: docs/heuristics.md, "Scales stored N-contiguous".
     """
     if block_m <= 32:
         wide_tiles = min(m, n_expts or m) * triton.cdiv(n, 256)  # at most one row tile per expert
@@ -275,14 +217,9 @@ def _hopper_mxfp4_tile(m, n, n_expts, n_sms, block_m):
 
 def _hopper_mxfp4_one_wave_split(m, n, k, n_expts, n_sms, block_m, can_split, split_is_free) -> int:
     """The K split of hopper-layout mxfp4 decode calls (N-contiguous scales) whose 16x256 tiles fit in one wave, or
-    0. Such a call leaves SMs idle or runs one CTA per SM, and its upcast loop is bound by instruction issue: the
-    pipelined 16x256x128/8-warp tile at 128 registers (2 CTAs per SM) with K split so its tiles fill two CTAs per
-    SM, keeping 8 K steps per split. Measured on the H200, tiles timed in turn (bench/results/2026-12-02h-probes):
-    gpt-oss w2 T=1 (48 tiles; its split partials summed by the top-k combine) 20.3 -> 16.7 us, DeepSeek-V3 w1 T=1
-    (128 tiles, 56 K steps) 55.7 -> 47.4, split-K reduce included. A split that needs a reduce of its own pays for
-    its launch only with 32 K steps or more: gpt-oss w1 T=1 (92 tiles, 23 K steps) went 22.0 -> 21.4 us in one run
-    and 21.9 -> 21.8 in the bench, while its eager call's host time went 29 -> 43 us. With more tiles than SMs
-    (T=8) splits were 7-14% slower."""
+    0. Such a call leaves SMs idle or runs one CTA per SM, and its upcast loop is bound by instruction issue: K is
+    split so that its tiles fill two CTAs per SM, keeping 8 K steps per split, and only with 32 K steps or more
+    where the partials need a reduce of their own (docs/heuristics.md, "Decode that fits one wave")."""
     if not (can_split and n_sms and n_expts is not None and block_m == 16):
         return 0
     wide_tiles = min(m, n_expts) * triton.cdiv(n, 256)  # at most one row tile per expert
