@@ -34,5 +34,8 @@ class BuildFolderError(OgsgenError):
     """A build folder (``--out``) or its manifest.json cannot be used: not a folder, not writable, damaged."""
 
 
-class InapplicableConstraint(OgsgenError, ValueError):
+class InapplicableConstraintError(OgsgenError, ValueError):
     """An opt-flags constraint cannot be honoured for this call."""
+
+
+InapplicableConstraint = InapplicableConstraintError  # triton_kernels' name, which callers of the mirrored API catch

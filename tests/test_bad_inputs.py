@@ -22,7 +22,7 @@ from ogsgen.spec import (BF16, FP16, FP32, KernelVariant, NumericFormat, format_
 
 HAS_CUDA = torch.cuda.is_available()
 SpecTypeError, Unsupported = ogsgen.SpecTypeError, ogsgen.UnsupportedError
-Inapplicable, CatalogError = ogsgen.InapplicableConstraint, ogsgen.CatalogError
+Inapplicable, CatalogError = ogsgen.InapplicableConstraintError, ogsgen.CatalogError
 
 M, K, N, E, TOPK = 8, 16, 32, 4, 2     # tokens, K, N, experts, experts per token
 GATES = M * TOPK                        # sorted rows of a MoE call

@@ -156,7 +156,7 @@ def test_reduction_n_power_of_two():
                                                                     "255"),
                                                  ({"maxnreg": 16}, "maxnreg must be a register count")])
 def test_bad_constraints(constraints, message):
-    with pytest.raises(ogsgen.InapplicableConstraint, match=message):
+    with pytest.raises(ogsgen.InapplicableConstraintError, match=message):
         with ogsgen.opt_flags_constraints(**constraints):
             pass
 
@@ -167,7 +167,7 @@ def test_ragged_block_m_constraint_is_inapplicable(device):
     x, _ = _xw(device)
     w = torch.randn(4, 16, 32, device=device, dtype=torch.float16)
     with ogsgen.opt_flags_constraints(block_m=256):
-        with pytest.raises(ogsgen.InapplicableConstraint, match="block_m=256: ragged rows need block_m in"):
+        with pytest.raises(ogsgen.InapplicableConstraintError, match="block_m=256: ragged rows need block_m in"):
             matmul_ogs(x, w, None, rd, gather_indx=gi)
 
 
@@ -177,24 +177,24 @@ def test_persistent_constraint_names_what_blocks_it(device):
     x = torch.randn(8, 16, device=device, dtype=torch.float16)
     w = torch.randn(4, 16, 32, device=device, dtype=torch.float16)
     with ogsgen.opt_flags_constraints(persistent=True):
-        with pytest.raises(ogsgen.InapplicableConstraint, match="persistent=True: this call.s kernel variant has no "
+        with pytest.raises(ogsgen.InapplicableConstraintError, match="persistent=True: this call.s kernel variant has no "
                                                                 "persistent kernel: that needs plain bf16 or fp16"):
             matmul_ogs(x.float(), w.float(), None, rd, gather_indx=gi)
-        with pytest.raises(ogsgen.InapplicableConstraint, match="TMA needs rows of a multiple of 16 bytes: K=12 "
+        with pytest.raises(ogsgen.InapplicableConstraintError, match="TMA needs rows of a multiple of 16 bytes: K=12 "
                                                                 "must be a multiple of 8"):
             matmul_ogs(x[:, :12], w[:, :12], None, rd, gather_indx=gi)
-        with pytest.raises(ogsgen.InapplicableConstraint, match=r"TMA needs x 16-byte aligned, contiguous along its "
+        with pytest.raises(ogsgen.InapplicableConstraintError, match=r"TMA needs x 16-byte aligned, contiguous along its "
                                                                 r"last dimension .* pass x.contiguous\(\)"):
             matmul_ogs(torch.randn(16, 8, device=device, dtype=torch.float16).T, w[0], None)
-        with pytest.raises(ogsgen.InapplicableConstraint, match=r"TMA needs rows of a multiple of 16 bytes: the "
+        with pytest.raises(ogsgen.InapplicableConstraintError, match=r"TMA needs rows of a multiple of 16 bytes: the "
                                                                 r"output's rows \(12 columns of 2 bytes\) are not"):
             matmul_ogs(x, w[0, :, :12].contiguous(), None)
-        with pytest.raises(ogsgen.InapplicableConstraint, match=r"TMA needs y 16-byte aligned, contiguous along its "
+        with pytest.raises(ogsgen.InapplicableConstraintError, match=r"TMA needs y 16-byte aligned, contiguous along its "
                                                                 r"last dimension .* pass y.contiguous\(\)"):
             matmul_ogs(x, w[0], None, y=torch.empty(32, 8, device=device, dtype=torch.float16).T)
-        with pytest.raises(ogsgen.InapplicableConstraint, match=r"x is empty \(shape \(8, 0\)\): a TMA descriptor"):
+        with pytest.raises(ogsgen.InapplicableConstraintError, match=r"x is empty \(shape \(8, 0\)\): a TMA descriptor"):
             matmul_ogs(x[:, :0], w[0, :0], torch.zeros(32, device=device))
-        with pytest.raises(ogsgen.InapplicableConstraint, match="the persistent kernel does not split K"):
+        with pytest.raises(ogsgen.InapplicableConstraintError, match="the persistent kernel does not split K"):
             with ogsgen.opt_flags_constraints(split_k=2):
                 matmul_ogs(x, w[0], None, precision_config=ogsgen.PrecisionConfig(out_dtype=torch.float32))
 
@@ -207,10 +207,10 @@ def test_persistent_tiles_hold_two_storable_halves():
         return make_opt_flags(2, 1, 4096, 512, 256, reduction_n, None, 0, True, 132, None, False, y_mx,
                               constraints=(("block_n", block_n), ("persistent", True)), persistent_blocker=None)
     assert flags(16).block_n == 16  # halves of 8 columns: 16 bytes of bf16
-    with pytest.raises(ogsgen.InapplicableConstraint, match="the persistent kernel stores half tiles of at least 8 "
+    with pytest.raises(ogsgen.InapplicableConstraintError, match="the persistent kernel stores half tiles of at least 8 "
                                                             "output columns, so block_n must be at least 32"):
         flags(16, reduction_n=2)
-    with pytest.raises(ogsgen.InapplicableConstraint, match=r"an mx output needs block_n // 2 // reduction_n to "
+    with pytest.raises(ogsgen.InapplicableConstraintError, match=r"an mx output needs block_n // 2 // reduction_n to "
                                                             r"be a multiple of 32"):
         flags(32, y_mx=True)
     assert flags(64, y_mx=True).block_n == 64
@@ -223,3 +223,9 @@ def test_constraints_are_scoped():
             assert dict(current_constraints()) == {"block_m": 32, "block_n": 64}
         assert dict(current_constraints()) == {"block_m": 32}
     assert current_constraints() == ()
+
+
+def test_inapplicable_constraint_keeps_triton_kernels_name():
+    # Code written against triton_kernels catches InapplicableConstraint; it is ogsgen's error under that name.
+    assert ogsgen.InapplicableConstraint is ogsgen.InapplicableConstraintError
+    assert issubclass(ogsgen.InapplicableConstraint, ogsgen.OgsgenError)

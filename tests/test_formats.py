@@ -296,7 +296,7 @@ def test_hopper_layout_errors(device):
         matmul_ogs(x, swizzled, None)
     with pytest.raises(ogsgen.SpecError, match="hopper-layout mxfp4 weights are upcast to bf16"):
         matmul_ogs(x.half(), swizzled, None, precision_config=pc)
-    with pytest.raises(ogsgen.InapplicableConstraint, match="block_k must be a multiple of 64"):
+    with pytest.raises(ogsgen.InapplicableConstraintError, match="block_k must be a multiple of 64"):
         with ogsgen.opt_flags_constraints(block_k=32):
             matmul_ogs(x, swizzled, None, precision_config=pc)
     cut = SwizzledMxValues(swizzled.data[:, :-1], swizzled.k, swizzled.n, swizzled.layout, swizzled.capability)
@@ -422,7 +422,7 @@ def test_bitwise_invariance(device):
     for rows in (slice(0, 1), slice(130, 133), slice(299, 300)):
         assert torch.equal(matmul_ogs(x[rows], w, None, precision_config=pc), full[rows])
     with ogsgen.opt_flags_constraints(block_m=64):
-        with pytest.raises(ogsgen.InapplicableConstraint, match="enforce_bitwise_invariance fixes block_m=128"):
+        with pytest.raises(ogsgen.InapplicableConstraintError, match="enforce_bitwise_invariance fixes block_m=128"):
             matmul_ogs(x, w, None, precision_config=pc)
 
 

@@ -263,11 +263,11 @@ def test_split_k_with_direct_scatter_is_rejected(device):
     w = torch.randn(4, 32, 16, device=device, dtype=torch.float16)
     rd, _, si = routing(torch.randn(16, 4, device=device), 1)
     with ogsgen.opt_flags_constraints(split_k=2):
-        with pytest.raises(ogsgen.InapplicableConstraint, match="split_k=2 cannot be combined with y_acc_in, a "
+        with pytest.raises(ogsgen.InapplicableConstraintError, match="split_k=2 cannot be combined with y_acc_in, a "
                                                                 "scatter of one expert per token"):
             ogsgen.matmul_ogs(x, w, None, rd, scatter_indx=si)
         rd, _, si = routing(torch.randn(8, 4, device=device), 2)
-        with pytest.raises(ogsgen.InapplicableConstraint, match="a scatter with a fused activation"):
+        with pytest.raises(ogsgen.InapplicableConstraintError, match="a scatter with a fused activation"):
             ogsgen.matmul_ogs(x, w, None, rd, scatter_indx=si,
                               fused_activation=ogsgen.FusedActivation(ogsgen.swiglu, (1.0, 1.0)))
 

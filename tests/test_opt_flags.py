@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from ogsgen.errors import InapplicableConstraint
+from ogsgen.errors import InapplicableConstraintError
 from ogsgen.runtime.opt_flags import make_opt_flags
 
 
@@ -83,7 +83,7 @@ def test_dense_16_bit_calls_of_128_row_tiles_take_the_persistent_tile_that_fills
 
 
 def test_the_heuristic_never_picks_a_tile_its_own_checks_refuse():
-    # Every combination of operands and shapes below gets flags without an InapplicableConstraint (the checks
+    # Every combination of operands and shapes below gets flags without an InapplicableConstraintError (the checks
     # that tell a caller why a constrained tile cannot run).
     for itemsize, batch, m, n, reduction_n, n_expts, layout, y_mx, bitwise, persistent, n_sms in itertools.product(
             (1, 2, 4), (1, 3), (1, 16, 33, 64, 512, 768, 4096), (16, 200, 2880, 5760), (1, 2, 4, 8), (None, 128),
@@ -110,7 +110,7 @@ def test_the_heuristic_picks_block_k_of_32_for_fp8_dots_and_mx_weights_at_small_
 def test_mx_outputs_get_a_tile_whose_stores_hold_whole_scale_groups(m, reduction_n):
     # An MX output keeps one scale per 32 columns; the persistent kernel stores half tiles, so its heuristic tiles
     # (64x64, 128x128, 128x256) suit some activations' reductions only. Where one would not, the heuristic
-    # takes the tiled kernel (it was an InapplicableConstraint error for a call that constrained nothing).
+    # takes the tiled kernel (it was an InapplicableConstraintError error for a call that constrained nothing).
     flags = make_opt_flags(2, 1, m, 5760, 2880, reduction_n, None, 0, True, 132, y_mx=True, persistent_blocker=None)
     columns = flags.block_n // 2 if flags.persistent else flags.block_n
     assert (columns // reduction_n) % 32 == 0
@@ -145,7 +145,7 @@ def test_asking_for_the_persistent_kernel_drops_the_heuristic_split_of_k():
     flags = make_opt_flags(2, 1, 16, 5760, 2880, 1, None, 0, True, 132, constraints=(("persistent", True),),
                            persistent_blocker=None)
     assert flags.persistent and flags.split_k == 1
-    with pytest.raises(InapplicableConstraint, match="does not split K"):
+    with pytest.raises(InapplicableConstraintError, match="does not split K"):
         make_opt_flags(2, 1, 16, 5760, 2880, 1, None, 0, True, 132, persistent_blocker=None,
                        constraints=(("persistent", True), ("split_k", 2)))
 

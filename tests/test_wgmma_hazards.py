@@ -261,9 +261,9 @@ def test_wait_mma_computes_the_same(name, device):
 def test_wait_mma_is_refused_without_mx_weights(device):
     x = torch.randn(8, 16, device=device, dtype=torch.float16)
     with ogsgen.opt_flags_constraints(wait_mma=True):
-        with pytest.raises(ogsgen.InapplicableConstraint, match="wait_mma=True applies to mx weights"):
+        with pytest.raises(ogsgen.InapplicableConstraintError, match="wait_mma=True applies to mx weights"):
             ogsgen.matmul_ogs(x, x.T.contiguous(), None)
-    with pytest.raises(ogsgen.InapplicableConstraint, match="wait_mma must be True or False"):
+    with pytest.raises(ogsgen.InapplicableConstraintError, match="wait_mma must be True or False"):
         with ogsgen.opt_flags_constraints(wait_mma=1):
             pass
 
@@ -402,10 +402,10 @@ def test_hopper_mx_flags_wait_rather_than_fall_back_unless_fallback_tiles_are_as
     assert (flags(256).block_m, flags(256).block_n) == (64, 256)  # 64-row tiles from 64 rows per expert up
     asked = ((256, 128, 8, 4, False), (256, 128, 8, 4, True))
     assert flags(128, (("fallback_tiles", asked),)).fallback_tiles == asked
-    with pytest.raises(ogsgen.InapplicableConstraint, match=r"fallback tile \(128, 32, 8, 3, False\): block_k=32: "
+    with pytest.raises(ogsgen.InapplicableConstraintError, match=r"fallback tile \(128, 32, 8, 3, False\): block_k=32: "
                                                             r"hopper-layout mxfp4 weights come in groups of 64"):
         flags(8, (("fallback_tiles", ((128, 32, 8, 3, False),)),))
-    with pytest.raises(ogsgen.InapplicableConstraint, match="fallback tile would change it; drop fallback_tiles"):
+    with pytest.raises(ogsgen.InapplicableConstraintError, match="fallback tile would change it; drop fallback_tiles"):
         make_opt_flags(2, 1, 128 * 128, 5760, 2880, 1, 128, 128, True, 132, "hopper", bitwise_invariant=True,
                        constraints=(("fallback_tiles", asked),))
     # Warm-up reproduces a call's flags as constraints: all of them, so asked-for fallback tiles stay.

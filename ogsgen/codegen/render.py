@@ -12,7 +12,10 @@ import jinja2.meta
 
 from .._resources import data_dir
 from .._version import __version__
+from ..numerics import jit
+from ..numerics.mx import ELEMENT_MAX
 from ..spec.functions import function_source_hash
+from ..spec.kernel_abi import RAGGED_ROWS_BOUND
 from ..spec.variant import KernelVariant, canonical_name
 
 # CPython 3.11's ast module keeps its recursion counter per interpreter, so parses in two threads at once
@@ -76,8 +79,6 @@ def template_sha256(name: str) -> str:
 
 def helpers_used(variant: KernelVariant) -> dict:
     """The ``ogsgen.numerics.jit`` functions a variant's kernel imports, by name."""
-    from ..numerics import jit
-
     helpers = {}
     if variant.w.layout == "hopper":
         helpers["upcast_mxfp4_hopper_words"] = jit.upcast_mxfp4_hopper_words
@@ -101,8 +102,6 @@ def expected_provenance(variant: KernelVariant) -> dict:
 
 
 def _mx_constants(element: str) -> dict:
-    from ..numerics.mx import ELEMENT_MAX
-
     largest, emax, max_mantissa = ELEMENT_MAX[element]
     return {"emax": emax, "max_mantissa": hex(max_mantissa), "max_value": repr(largest)}
 
@@ -140,8 +139,6 @@ def _runtime_ints(variant: KernelVariant, persistent: bool = False) -> list[str]
 
 
 def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
-    from ..runtime.descriptors import RAGGED_ROWS_BOUND  # here: the runtime package imports this module
-
     variant.check_supported()
     name = canonical_name(variant)
     provenance = {"ogsgen_version": __version__, "catalog": catalog_name, "variant": name,

@@ -17,8 +17,8 @@ import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..errors import SpecError
+from ..spec.kernel_abi import RAGGED_ROWS_BOUND
 
-RAGGED_ROWS_BOUND = 1 << 30
 _LEADING_BOUND = 0x7FFF0000  # any bound above RAGGED_ROWS_BOUND + the rows of any tensor
 
 

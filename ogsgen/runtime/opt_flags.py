@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import triton
 
-from ..errors import InapplicableConstraint
+from ..errors import InapplicableConstraintError
 from ..moe.metadata import BLOCK_SIZES
 
 
@@ -69,10 +69,10 @@ def opt_flags_constraints(**constraints):
     """
     for key, value in constraints.items():
         if key not in CONSTRAINT_KEYS:
-            raise InapplicableConstraint(f"opt_flags_constraints: unknown key {key!r}; known keys: {CONSTRAINT_KEYS}")
+            raise InapplicableConstraintError(f"opt_flags_constraints: unknown key {key!r}; known keys: {CONSTRAINT_KEYS}")
         if key == "fallback_tiles":
             if not (isinstance(value, tuple) and all(isinstance(t, tuple) and len(t) == 5 for t in value)):
-                raise InapplicableConstraint(f"opt_flags_constraints: fallback_tiles must be a tuple of (block_n, "
+                raise InapplicableConstraintError(f"opt_flags_constraints: fallback_tiles must be a tuple of (block_n, "
                                              f"block_k, num_warps, num_stages, wait_mma) tuples, got {value!r}")
             for tile in value:
                 for tile_key, tile_value in zip(_FALLBACK_TILE_KEYS, tile):
@@ -89,18 +89,18 @@ def opt_flags_constraints(**constraints):
 def _check_constraint(name: str, key: str, value) -> None:
     if key in _BOOLEAN_KEYS:
         if not isinstance(value, bool):
-            raise InapplicableConstraint(f"opt_flags_constraints: {name} must be True or False, got {value!r}")
+            raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be True or False, got {value!r}")
         return
     if key == "maxnreg" and value is None:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InapplicableConstraint(f"opt_flags_constraints: {name} must be a positive int, got {value!r}")
+        raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be a positive int, got {value!r}")
     if key in _POWER_OF_TWO_KEYS and value & (value - 1):
-        raise InapplicableConstraint(f"opt_flags_constraints: {name} must be a power of two, got {value}")
+        raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be a power of two, got {value}")
     if key.startswith("block_") and value < 16:
-        raise InapplicableConstraint(f"opt_flags_constraints: {name} must be at least 16 (tl.dot), got {value}")
+        raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be at least 16 (tl.dot), got {value}")
     if key == "maxnreg" and not 24 <= value <= 255:
-        raise InapplicableConstraint(f"opt_flags_constraints: {name} must be a register count from 24 to 255 "
+        raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be a register count from 24 to 255 "
                                      f"(ptxas's range), got {value}")
 
 
@@ -282,27 +282,27 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     flags = replace(flags, **constrained)
     operands = (itemsize, reduction_n, w_mx_layout, y_mx)
     if (problem := _tile_problem(flags, *operands)) is not None:
-        raise InapplicableConstraint(problem)
+        raise InapplicableConstraintError(problem)
     for tile in flags.fallback_tiles:  # only ever asked for: the heuristic's tiles wait instead
         if (problem := _tile_problem(flags.fallback(tile), *operands)) is not None:
-            raise InapplicableConstraint(f"fallback tile {tile}: {problem}")
+            raise InapplicableConstraintError(f"fallback tile {tile}: {problem}")
     if bitwise_invariant and flags.fallback_tiles:
-        raise InapplicableConstraint("precision_config.enforce_bitwise_invariance keeps one tile's arithmetic for "
+        raise InapplicableConstraintError("precision_config.enforce_bitwise_invariance keeps one tile's arithmetic for "
                                      "every shape, and a fallback tile would change it; drop fallback_tiles")
     if bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1):
-        raise InapplicableConstraint("precision_config.enforce_bitwise_invariance fixes block_m=128 and split_k=1; "
+        raise InapplicableConstraintError("precision_config.enforce_bitwise_invariance fixes block_m=128 and split_k=1; "
                                      "drop the conflicting opt_flags_constraints")
     if flags.persistent and persistent_blocker is not None:
-        raise InapplicableConstraint(f"persistent=True: {persistent_blocker}")
+        raise InapplicableConstraintError(f"persistent=True: {persistent_blocker}")
     if flags.wait_mma and w_mx_layout is None:
-        raise InapplicableConstraint("wait_mma=True applies to mx weights (upcast in registers) only; drop it")
+        raise InapplicableConstraintError("wait_mma=True applies to mx weights (upcast in registers) only; drop it")
     if flags.persistent and flags.split_k > 1:
-        raise InapplicableConstraint("the persistent kernel does not split K; use split_k=1 with persistent=True")
+        raise InapplicableConstraintError("the persistent kernel does not split K; use split_k=1 with persistent=True")
     if flags.split_k > 1 and not can_split:
-        raise InapplicableConstraint(f"split_k={flags.split_k} cannot be combined with y_acc_in, a scatter of one "
+        raise InapplicableConstraintError(f"split_k={flags.split_k} cannot be combined with y_acc_in, a scatter of one "
                                      f"expert per token, or a scatter with a fused activation; use split_k=1")
     if n_expts is not None and flags.block_m not in BLOCK_SIZES:
-        raise InapplicableConstraint(f"block_m={flags.block_m}: ragged rows need block_m in {BLOCK_SIZES} "
+        raise InapplicableConstraintError(f"block_m={flags.block_m}: ragged rows need block_m in {BLOCK_SIZES} "
                                      f"(the sizes the routing metadata is computed for)")
     return flags
 
