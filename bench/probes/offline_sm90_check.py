@@ -41,6 +41,7 @@ from bench_moe import MOE_SHAPES, write_csv  # noqa: E402
 from tile_sweep import parse_tile, tile_name  # noqa: E402
 
 import ogsgen  # noqa: E402
+from ogsgen import devices  # noqa: E402
 from ogsgen.moe.reference import routing_torch  # noqa: E402
 from ogsgen.numerics.jit import compiling_for  # noqa: E402
 from ogsgen.numerics.layouts import swizzle_mx_values  # noqa: E402
@@ -75,15 +76,15 @@ def case_call(name: str, tokens: int, weight_format: str, max_experts: int):
 def captured_launches(call, tile):
     """(kernel, grid, args, options) of each launch ``call`` makes under the tile's constraints (none runs)."""
     launches = []
-    real_launch, real_interpreting = launcher.launch, matmul._interpreting
+    real_launch, real_interpreting = launcher.launch, devices.interpreting
     launcher.launch = lambda kernel, grid, args, verify=None, compiling=None, **options: launches.append(
         (kernel, grid, args, options))
-    matmul._interpreting = lambda: True  # CPU tensors are accepted; kernels are still the compiled ones
+    devices.interpreting = lambda: True  # CPU tensors are accepted; kernels are still the compiled ones
     try:
         with ogsgen.opt_flags_constraints(**(tile or {})):
             call()
     finally:
-        launcher.launch, matmul._interpreting = real_launch, real_interpreting
+        launcher.launch, devices.interpreting = real_launch, real_interpreting
     return launches
 
 

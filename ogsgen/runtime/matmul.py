@@ -1,9 +1,10 @@
-"""``matmul_ogs``: validate a call, map it to its kernel variants, launch the generated kernels."""
+"""``matmul_ogs``: map a call (its arguments checked by ``validation``) to its kernel variants and launch
+parameters, build the kernels' arguments and launch them; repeated calls replay a launch plan."""
 from __future__ import annotations
 
 import contextlib
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -11,360 +12,28 @@ from triton.runtime.errors import OutOfResources
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..codegen.render import ARG_PREFIX
-from ..devices import check_kernel_device, target
+from ..devices import target
 from ..errors import SpecError, SpecTypeError, UnsupportedError
 from ..moe import checks as routing_checks
 from ..moe.gather import gather_rows_launch
-from ..moe.metadata import RaggedTensorMetadata, make_ragged_tensor_metadata
-from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
+from ..moe.metadata import make_ragged_tensor_metadata
+from ..numerics.layouts import SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..numerics.scale_bounds import scales_at_most_2
-from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan, topk_split_k_plan
 from . import launcher, loader, memory, plans, wgmma_hazards
 from .descriptors import ragged_rows_descriptor
 from .opt_flags import OptFlags, current_constraints, make_opt_flags, reduce_tile, row_tiles
-from .types import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OutFlexData, PrecisionConfig,
-                    RoutingData, ScatterIndx)
+from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
+from .validation import (check_argument_types, check_devices, check_distinct_elements, check_routing, check_scales,
+                         check_tensor, check_vector, named_tensors, operand_formats, persistent_blocker, reinterpret,
+                         reject_unsupported, tma_blocker)
 
 _MAX_GRID_Y = 65535
-FP8_DTYPES = {torch.float8_e4m3fn: FP8_E4M3, torch.float8_e5m2: FP8_E5M2}
-MX_FP8_DTYPES = {torch.float8_e4m3fn: MXFP8_E4M3, torch.float8_e5m2: MXFP8_E5M2}
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)  # triton.cdiv costs microseconds per call on the host in recent Triton releases
-
-
-# --------------------------------------------------------------------------------------------
-# Validation
-# --------------------------------------------------------------------------------------------
-
-def _check_tensor(value, name: str, ndims=None, dtype=None, required=False):
-    if value is None and not required:
-        return
-    if not isinstance(value, torch.Tensor):
-        raise SpecTypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
-    if ndims is not None and value.ndim not in ndims:
-        raise SpecError(f"{name} must have {' or '.join(map(str, ndims))} dimensions, got shape {tuple(value.shape)}")
-    if dtype is not None and value.dtype != dtype:
-        raise SpecError(f"{name} must be {dtype}, got {value.dtype}; convert it with .to({dtype})")
-
-
-def _check_vector(value, name: str, length: int, dtype):
-    """A contiguous 1-D tensor of ``length`` elements of ``dtype`` (indices, betas, gammas)."""
-    if value is None or (value.__class__ is torch.Tensor and value.dtype == dtype and value.shape == (length,)
-                         and (length < 2 or value.stride(0) == 1)):
-        return  # the common case in one expression: this runs for every index tensor of every call
-    _check_tensor(value, name, ndims=(1,), dtype=dtype)
-    if value.shape[0] != length or (value.stride(0) != 1 and length > 1):
-        raise SpecError(f"{name} must be a contiguous {dtype} vector of length {length}, got shape "
-                        f"{tuple(value.shape)} and stride {value.stride()}")
-
-
-def _check_devices(x, tensors: dict):
-    check_kernel_device(x, "x")
-    for name, t in tensors.items():
-        if t.device != x.device:
-            raise SpecError(f"{name} is on {t.device} but x is on {x.device}; move all tensors to one device")
-
-
-def _check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi) -> None:
-    """The arguments are of the types the API takes (read before anything reads their fields)."""
-    _check_tensor(x, "x", required=True)
-    if not isinstance(w, SwizzledMxValues):
-        _check_tensor(w, "w", required=True)
-    for name, value, kind, example in (
-            ("precision_config", pc, PrecisionConfig, "ogsgen.PrecisionConfig(out_dtype=...)"),
-            ("fused_activation", act, FusedActivation, "ogsgen.FusedActivation(ogsgen.swiglu, (alpha, limit))"),
-            ("epilogue", epi, Epilogue, "ogsgen.Epilogue(specs, values)"),
-            ("routing_data", routing_data, RoutingData, "from ogsgen.routing(logits, k)"),
-            ("gather_indx", gather_indx, GatherIndx, "from ogsgen.routing(logits, k)"),
-            ("scatter_indx", scatter_indx, ScatterIndx, "from ogsgen.routing(logits, k)")):
-        if value is not None and not isinstance(value, kind):
-            article = "an" if kind.__name__[0] in "AEIOU" else "a"
-            raise SpecTypeError(f"{name} must be {article} {kind.__name__} or None ({example}), got "
-                                f"{type(value).__name__}")
-    if not isinstance(pc.flex_ctx, FlexCtx):
-        raise SpecTypeError(f"precision_config.flex_ctx must be a FlexCtx, got {type(pc.flex_ctx).__name__}")
-    flex = pc.flex_ctx
-    for name, value, kind in (("lhs_data", flex.lhs_data, InFlexData), ("rhs_data", flex.rhs_data, InFlexData),
-                              ("acc_data", flex.acc_data, InFlexData), ("out_data", flex.out_data, OutFlexData)):
-        if not isinstance(value, kind):
-            raise SpecTypeError(f"precision_config.flex_ctx.{name} must be an ogsgen.{kind.__name__}, got "
-                                f"{type(value).__name__}")
-    for name in ("allow_tf32", "enforce_bitwise_invariance", "flexpoint_saturate_inf"):
-        if not isinstance(getattr(pc, name), bool):
-            raise SpecTypeError(f"precision_config.{name} must be True or False, got {getattr(pc, name)!r}")
-    if pc.out_dtype is not None and not isinstance(pc.out_dtype, torch.dtype):
-        raise SpecTypeError(f"precision_config.out_dtype must be a torch.dtype (e.g. torch.float32) or None, got "
-                            f"{pc.out_dtype!r}")
-    if pc.max_num_imprecise_acc is not None and (not isinstance(pc.max_num_imprecise_acc, int)
-                                                 or isinstance(pc.max_num_imprecise_acc, bool)):
-        raise SpecTypeError(f"precision_config.max_num_imprecise_acc must be an int or None, got "
-                            f"{pc.max_num_imprecise_acc!r}")
-    if routing_data is not None:
-        for name in ("n_expts_tot", "n_expts_act"):
-            value = getattr(routing_data, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SpecTypeError(f"routing_data.{name} must be a positive int, got {value!r}")
-        if routing_data.expt_data is not None and not isinstance(routing_data.expt_data, RaggedTensorMetadata):
-            raise SpecTypeError(f"routing_data.expt_data must be None or a RaggedTensorMetadata (from "
-                                f"ogsgen.moe.make_ragged_tensor_metadata), got {type(routing_data.expt_data).__name__}")
-
-
-def _check_distinct_elements(tensors: dict) -> None:
-    """A written tensor whose elements do not overlap each other (an expanded tensor's do: every program would
-    store to the same memory)."""
-    for name, t in tensors.items():
-        for dim, (size, stride) in enumerate(zip(t.shape, t.stride())):
-            if size > 1 and stride == 0:
-                raise SpecError(f"{name} has stride 0 along dimension {dim} (an expanded tensor): its elements "
-                                f"overlap each other; pass a tensor with distinct elements ({name}.contiguous())")
-
-
-def _reject_unsupported(fused_comm, inner_routing_data, pc: PrecisionConfig):
-    unsupported = {
-        "fused_comm": fused_comm is not None,
-        "inner_routing_data": inner_routing_data is not None,
-        "precision_config.flex_ctx.acc_data (a y_acc_in scale)": pc.flex_ctx.acc_data.scale is not None,
-    }
-    for name, used in unsupported.items():
-        if used:
-            raise UnsupportedError(f"{name} is not supported by this ogsgen build yet; leave it None")
-    if pc.act_scale is not None:
-        if pc.weight_scale is None:
-            raise SpecError("precision_config.act_scale makes x mxfp8, which needs mx weights "
-                            "(precision_config.weight_scale) as well")
-        raise UnsupportedError("precision_config.act_scale: mxfp8 activations need native MX matmul hardware "
-                               "(Blackwell); on Hopper pass bf16 x with mx weights")
-
-
-def _reinterpret(tensor, flex_dtype, name):
-    """Flexpoint data may arrive as raw bytes with its fp8 dtype in the InFlexData."""
-    if flex_dtype is not None and tensor.dtype == torch.uint8 and flex_dtype in FP8_DTYPES:
-        return tensor.view(flex_dtype)
-    if flex_dtype is not None and tensor.dtype != flex_dtype:
-        raise SpecError(f"{name} has dtype {tensor.dtype} but its InFlexData says {flex_dtype}")
-    return tensor
-
-
-def _unwrap_swizzled(w, x):
-    """(values tensor, its format, logical K) of a swizzled ``w``; checks it is whole and made for x's GPU."""
-    data = w.data
-    words = (_cdiv(w.n, HOPPER_SLAB), _cdiv(w.k, HOPPER_GROUP) * HOPPER_GROUP * 2)
-    if w.layout != "hopper" or not isinstance(data, torch.Tensor) or data.dtype != torch.int32 \
-            or data.ndim not in (2, 3) or tuple(data.shape[-2:]) != words:
-        raise SpecError(f"w is a SwizzledMxValues whose data does not hold K={w.k} x N={w.n} values in the hopper "
-                        f"layout (int32, (..., {words[0]}, {words[1]})); make it with ogsgen.swizzle_mx_values")
-    if x.is_cuda:
-        capability = target(x.device).capability
-        if capability[0] != w.capability[0]:
-            raise SpecError(f"w was swizzled (layout {w.layout!r}) for a compute capability "
-                            f"{w.capability[0]}.{w.capability[1]} GPU but x is on a {capability[0]}.{capability[1]} "
-                            f"GPU; swizzle the strided values for this GPU: "
-                            f"ogsgen.swizzle_mx_values(ogsgen.unswizzle_mx_values(w))")
-    return w.data, MXFP4_HOPPER, w.k
-
-
-def _operand_formats(x, w, pc: PrecisionConfig):
-    """(x format, w format, y format, logical K) of a call, from dtypes and the precision config."""
-    if x.dtype in FP8_DTYPES:
-        x_fmt = FP8_DTYPES[x.dtype]
-    else:
-        x_fmt = plain_format_of(x.dtype, "x")
-    k = w.shape[-2]
-    if isinstance(w, SwizzledMxValues):
-        if pc.weight_scale is None:
-            raise SpecError("w holds swizzled mxfp4 values but precision_config.weight_scale is None; pass their "
-                            "e8m0 scales")
-        w, w_fmt, k = _unwrap_swizzled(w, x)
-    elif pc.weight_scale is not None:
-        if w.dtype == torch.uint8:
-            w_fmt, k = MXFP4, 2 * w.shape[-2]  # two e2m1 values per byte along K
-        elif w.dtype in MX_FP8_DTYPES:
-            w_fmt = MX_FP8_DTYPES[w.dtype]
-        else:
-            raise SpecError(f"precision_config.weight_scale makes w an mx tensor: w must be uint8 (packed mxfp4, "
-                            f"two values per byte along K) or float8, got {w.dtype}")
-    elif w.dtype in FP8_DTYPES:
-        w_fmt = FP8_DTYPES[w.dtype]
-    elif w.dtype == torch.uint8:
-        raise SpecError("w is uint8 (packed mxfp4) but precision_config.weight_scale is None; pass its e8m0 scales")
-    else:
-        w_fmt = plain_format_of(w.dtype, "w")
-        if w_fmt != x_fmt and x_fmt.scaling == "none":
-            raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
-    if pc.out_scale is not None:  # an MX output: fp8 values and e8m0 scales per 32 columns
-        out_dtype = pc.out_dtype or torch.float8_e4m3fn
-        if out_dtype not in MX_FP8_DTYPES:
-            raise SpecError(f"precision_config.out_scale makes the output mxfp8: out_dtype must be a float8 dtype "
-                            f"(or None for e4m3), got {out_dtype}")
-        y_fmt = MX_FP8_DTYPES[out_dtype]
-    else:
-        out_dtype = pc.out_dtype or (x.dtype if x_fmt.scaling == "none" else torch.bfloat16)
-        y_fmt = FP8_DTYPES[out_dtype] if out_dtype in FP8_DTYPES else plain_format_of(out_dtype,
-                                                                                         "precision_config.out_dtype")
-    if x.is_cuda and any(f.bits == 8 for f in (x_fmt, w_fmt, y_fmt)):
-        _check_fp8_hardware(x.device)
-    problem = _unsupported_formats(x_fmt, w_fmt, y_fmt)
-    if problem:
-        raise SpecError(f"x {x.dtype} with w {w.dtype} ({w_fmt.name}) and output {out_dtype}: {problem}")
-    return x_fmt, w_fmt, y_fmt, k
-
-
-@lru_cache(maxsize=None)
-def _unsupported_formats(x_fmt, w_fmt, y_fmt) -> str:
-    """Why no kernel path takes these formats ('' when one does); cached, it runs on every call."""
-    try:
-        KernelVariant(x_fmt, w_fmt, y_fmt).check_supported()
-    except UnsupportedError as exc:
-        return str(exc)
-    return ""
-
-
-_NO_PERSISTENT_KERNEL = ("this call's kernel variant has no persistent kernel: that needs plain bf16 or fp16 x and w "
-                         "of one format")
-
-
-def _persistent_blocker(variant: KernelVariant, x: torch.Tensor) -> str | None:
-    """None when the variant's persistent TMA kernel can run on x's device, else why it cannot. (Whether x and w
-    suit TMA is checked only for calls that pick the kernel: ``_tma_blocker``.)"""
-    if not variant.has_persistent_kernel:
-        return _NO_PERSISTENT_KERNEL
-    if x.is_cuda and not target(x.device).tma:
-        return "the persistent kernel loads tiles by TMA, which needs a GPU of compute capability 9.0 or later"
-    return None
-
-
-def _tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool, y: torch.Tensor | None) -> str | None:
-    """None when TMA descriptors can describe x, w and y, else what to change. (``x_gathered``: the kernel reads
-    a contiguous gathered copy of x, whose rows need a multiple of 16 bytes. ``y``: the output the kernel stores
-    by TMA, None where it stores by pointers.)"""
-    if x_gathered:
-        if x.shape[-1] * x.element_size() % 16:
-            return f"TMA needs rows of a multiple of 16 bytes: K={x.shape[-1]} must be a multiple of 8"
-        x = None
-    if y is not None and y.shape[-1] * y.element_size() % 16:
-        return (f"TMA needs rows of a multiple of 16 bytes: the output's rows ({y.shape[-1]} columns of "
-                f"{y.element_size()} bytes) are not; N // reduction_n must be a multiple of {16 // y.element_size()}")
-    for name, tensor in (("x", x), ("w", w), ("y", y)):
-        if tensor is None:
-            continue
-        if tensor.numel() == 0:
-            return f"{name} is empty (shape {tuple(tensor.shape)}): a TMA descriptor needs every dimension >= 1"
-        if tensor.is_contiguous() and not (tensor.shape[-1] * tensor.element_size() % 16 or tensor.data_ptr() % 16):
-            continue  # the common case, checked cheaply: every stride is a multiple of the row's 16-byte size
-        strides = tensor.stride()
-        if strides[-1] != 1 or tensor.data_ptr() % 16 or any(stride * tensor.element_size() % 16
-                                                             for stride in strides[:-1]):
-            return (f"TMA needs {name} 16-byte aligned, contiguous along its last dimension and with its other "
-                    f"strides multiples of 16 bytes (got strides {tuple(strides)}); pass {name}.contiguous() "
-                    f"(and K, N multiples of 8)")
-    return None
-
-
-def _check_fp8_hardware(device) -> None:
-    if not target(device).fp8:
-        capability = target(device).capability
-        raise SpecError(f"fp8 tensors need a GPU of compute capability 8.9 or newer (Ada, Hopper); {device} is "
-                        f"{capability[0]}.{capability[1]}: use bf16/fp16, or mxfp4 weights (dequantized in the kernel)")
-
-
-def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n):
-    flex = pc.flex_ctx
-    w_batch = w.shape[0] if w.ndim == 3 else 1
-    for name, scale, fmt, lengths in (("precision_config.flex_ctx.lhs_data.scale", flex.lhs_data.scale, x_fmt, (1,)),
-                                      ("precision_config.flex_ctx.rhs_data.scale", flex.rhs_data.scale, w_fmt,
-                                       (1, w_batch))):
-        if scale is None:
-            continue
-        if fmt.scaling != "flexpoint":
-            raise SpecError(f"{name} is set but the operand is {fmt.name}, not fp8 flexpoint; drop the scale")
-        _check_tensor(scale, name, dtype=torch.float32)
-        if scale.numel() not in lengths or not scale.is_contiguous():
-            raise SpecError(f"{name} must be a contiguous float32 tensor of {' or '.join(map(str, sorted(set(lengths))))} "
-                            f"element(s), got shape {tuple(scale.shape)}")
-    out = flex.out_data
-    for name, scale in (("expected_scale", out.expected_scale), ("actual_scale", out.actual_scale)):
-        if scale is None:
-            continue
-        if y_fmt.scaling != "flexpoint":
-            raise SpecError(f"precision_config.flex_ctx.out_data.{name} is set but the output is {y_fmt.name}; "
-                            f"set precision_config.out_dtype to an fp8 dtype or drop the scale")
-        _check_tensor(scale, f"precision_config.flex_ctx.out_data.{name}", dtype=torch.float32)
-    if w_fmt.scaling == "block_e8m0":
-        scale = pc.weight_scale
-        expected = (w_batch, _cdiv(k, MX_BLOCK), n) if w.ndim == 3 else (_cdiv(k, MX_BLOCK), n)
-        _check_tensor(scale, "precision_config.weight_scale", dtype=torch.uint8)
-        if tuple(scale.shape) != expected:
-            raise SpecError(f"precision_config.weight_scale must hold one e8m0 byte per {MX_BLOCK} values of K: "
-                            f"shape {expected} for w of logical shape (..., K={k}, N={n}), got {tuple(scale.shape)}")
-    if pc.max_num_imprecise_acc is not None and not (x_fmt.bits == 8 and w_fmt.scaling == "flexpoint"):
-        raise SpecError("precision_config.max_num_imprecise_acc applies to fp8 x fp8 matmuls only; leave it None")
-
-
-def _check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) -> tuple[int, int]:
-    """Validate the MoE arguments; returns (sorted rows, output rows)."""
-    if not isinstance(routing_data, RoutingData):
-        raise SpecTypeError(f"routing_data must be a RoutingData, got {type(routing_data).__name__}")
-    n_expts, k = routing_data.n_expts_tot, routing_data.n_expts_act
-    if not isinstance(n_expts, int) or n_expts < 1 or not isinstance(k, int) or not 1 <= k <= n_expts:
-        raise SpecError(f"routing_data needs 1 <= n_expts_act <= n_expts_tot, got n_expts_act={k!r}, "
-                        f"n_expts_tot={n_expts!r}")
-    _check_vector(routing_data.expt_hist, "routing_data.expt_hist", n_expts, torch.int32)
-    if x.ndim != 2:
-        raise SpecError(f"with routing_data, x must be 2-D (tokens or sorted rows, K), got shape {tuple(x.shape)}")
-    if w.ndim != 3 or w.shape[0] != n_expts:
-        raise SpecError(f"w must hold one (K, N) matrix per expert, shape ({n_expts}, K, N) for "
-                        f"routing_data.n_expts_tot={n_expts}, got {tuple(w.shape)}")
-    if gather_indx is not None:
-        n_rows = x.shape[0] * k
-        _check_vector(gather_indx.src_indx, "gather_indx.src_indx", n_rows, torch.int32)
-        _check_vector(gather_indx.dst_indx, "gather_indx.dst_indx", n_rows, torch.int32)
-    else:
-        n_rows = x.shape[0]
-    if scatter_indx is not None:
-        if n_rows % k:
-            raise SpecError(f"scatter_indx: {n_rows} sorted rows are not a whole number of tokens of "
-                            f"n_expts_act={k} gates")
-        _check_vector(scatter_indx.src_indx, "scatter_indx.src_indx", n_rows, torch.int32)
-        _check_vector(scatter_indx.dst_indx, "scatter_indx.dst_indx", n_rows, torch.int32)
-    meta = routing_data.expt_data
-    if meta is not None and (meta.slice_sizes.shape != (n_expts,)
-                             or meta.block_schedule_data.shape[1] < row_tiles(n_rows, 16, n_expts)):
-        raise SpecError("routing_data.expt_data does not describe routing_data.expt_hist for these rows; build it "
-                        "with ogsgen.moe.make_ragged_tensor_metadata(expt_hist, n_rows)")
-    return n_rows, (n_rows // k if scatter_indx is not None else n_rows)
-
-
-def _named_tensors(x, w, bias, routing_data, gather_indx, scatter_indx, pc: PrecisionConfig, betas, gammas, y, act,
-                   epi, y_acc_in) -> tuple[dict, dict]:
-    """(written, read): a call's tensors by argument name, those the kernels write (y, an MX output's scales, a
-    flexpoint output's actual scale) and the others; non-tensors (a function's float arguments) are left out."""
-    flex = pc.flex_ctx
-    written = {"y": y, "precision_config.out_scale": pc.out_scale,
-               "precision_config.flex_ctx.out_data.actual_scale": flex.out_data.actual_scale}
-    read = {"x": x, "w": w, "bias": bias, "betas": betas, "gammas": gammas, "y_acc_in": y_acc_in,
-            "precision_config.weight_scale": pc.weight_scale,
-            "precision_config.flex_ctx.lhs_data.scale": flex.lhs_data.scale,
-            "precision_config.flex_ctx.rhs_data.scale": flex.rhs_data.scale,
-            "precision_config.flex_ctx.out_data.expected_scale": flex.out_data.expected_scale}
-    if routing_data is not None:
-        read["routing_data.expt_hist"] = routing_data.expt_hist
-        meta = routing_data.expt_data
-        if meta is not None:
-            read.update({f"routing_data.expt_data.{field}": getattr(meta, field) for field in (
-                "slice_sizes", "slice_offs", "block_offs_data", "block_schedule_data")})
-    for name, index in (("gather_indx", gather_indx), ("scatter_indx", scatter_indx)):
-        if index is not None:
-            read.update({f"{name}.src_indx": index.src_indx, f"{name}.dst_indx": index.dst_indx})
-    for name, values in (("fused_activation.fn_args", act.fn_args),
-                         ("epilogue.fn_arg_values_matmul", epi.fn_arg_values_matmul),
-                         ("epilogue.fn_arg_values_finalize", epi.fn_arg_values_finalize)):
-        read.update({f"{name}[{i}]": value for i, value in enumerate(values)})
-    return ({n: t for n, t in written.items() if isinstance(t, torch.Tensor)},
-            {n: t for n, t in read.items() if isinstance(t, torch.Tensor)})
 
 
 # --------------------------------------------------------------------------------------------
@@ -780,14 +449,14 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
 def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y,
                         fused_comm, act, epi, y_acc_in, inner_routing_data):
     """``matmul_ogs`` with every argument checked, for the first call of a signature."""
-    _check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi)
-    _reject_unsupported(fused_comm, inner_routing_data, pc)
-    _check_tensor(x, "x", ndims=(2, 3))
+    check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi)
+    reject_unsupported(fused_comm, inner_routing_data, pc)
+    check_tensor(x, "x", ndims=(2, 3))
     if not isinstance(w, SwizzledMxValues):
-        _check_tensor(w, "w", ndims=(2, 3))
-        w = _reinterpret(w, pc.flex_ctx.rhs_data.dtype, "w")
-    x = _reinterpret(x, pc.flex_ctx.lhs_data.dtype, "x")
-    x_fmt, w_fmt, y_fmt, k = _operand_formats(x, w, pc)
+        check_tensor(w, "w", ndims=(2, 3))
+        w = reinterpret(w, pc.flex_ctx.rhs_data.dtype, "w")
+    x = reinterpret(x, pc.flex_ctx.lhs_data.dtype, "x")
+    x_fmt, w_fmt, y_fmt, k = operand_formats(x, w, pc)
     logical_w, n = w, w.shape[-1]  # swizzled values: their logical (..., K, N) shape
     w = w.data if isinstance(w, SwizzledMxValues) else w
     batched = x.ndim == 3
@@ -810,7 +479,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
             raise SpecError(f"w of shape {tuple(w.shape)} holds {w.shape[0]} experts but {missing}; pass a 2-D w "
                             f"(K, N), a 3-D x for a batched matmul, or routing_data with a histogram (ogsgen.routing)")
     if ragged:
-        m, out_rows = _check_routing(x, w, routing_data, gather_indx, scatter_indx)
+        m, out_rows = check_routing(x, w, routing_data, gather_indx, scatter_indx)
     else:
         m = out_rows = x.shape[-2]
     out_dtype = y_fmt.torch_dtype
@@ -819,20 +488,20 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         packed = " (packed mxfp4: 2 values per byte)" if w_fmt.element == "e2m1" else ""
         raise SpecError(f"x has K={x.shape[-1]} columns but w has {k} rows{packed} "
                         f"(w is (..., K, N) = {tuple(logical_w.shape)})")
-    _check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n)
+    check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n)
     reduction_n = act.specs.reduction_n
     if n % reduction_n:
         raise SpecError(f"w has N={n} columns, which the activation {act.specs.name} cannot fold by "
                         f"reduction_n={reduction_n}; N must be a multiple of {reduction_n}")
     n_out = n // reduction_n
     w_batch = w.shape[0] if w.ndim == 3 else 1
-    _check_tensor(bias, "bias", ndims=(1, 2), dtype=torch.float32)
+    check_tensor(bias, "bias", ndims=(1, 2), dtype=torch.float32)
     if bias is not None and (bias.shape[-1] != n or (bias.ndim == 2 and bias.shape[0] not in (1, w_batch))):
         raise SpecError(f"bias must have shape ({n},) or ({w_batch}, {n}), got {tuple(bias.shape)}")
     if bias is not None and bias.stride(-1) != 1 and n > 1:
         raise SpecError("bias must be contiguous along N (stride(-1) == 1); pass bias.contiguous()")
-    _check_vector(betas, "betas", m, torch.float32)
-    _check_vector(gammas, "gammas", m, torch.float32)
+    check_vector(betas, "betas", m, torch.float32)
+    check_vector(gammas, "gammas", m, torch.float32)
     if betas is not None and bias is None:
         raise SpecError("betas scale the bias, but bias is None; pass a bias or drop betas")
     if out_alpha is not None and not isinstance(out_alpha, (int, float)):
@@ -842,12 +511,12 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     for name, buffer in (("y", y), ("y_acc_in", y_acc_in)):
         if buffer is None:
             continue
-        _check_tensor(buffer, name, ndims=(2, 3))
+        check_tensor(buffer, name, ndims=(2, 3))
         if tuple(buffer.shape) not in shapes:
             raise SpecError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(buffer.shape)}")
     if y_fmt.scaling == "block_e8m0":
         expected = out_shape[:-1] + (_cdiv(n_out, MX_BLOCK),)
-        _check_tensor(pc.out_scale, "precision_config.out_scale", dtype=torch.uint8)
+        check_tensor(pc.out_scale, "precision_config.out_scale", dtype=torch.uint8)
         if tuple(pc.out_scale.shape) != expected:
             raise SpecError(f"precision_config.out_scale must hold one e8m0 byte per {MX_BLOCK} output columns: "
                             f"shape {expected}, got {tuple(pc.out_scale.shape)}")
@@ -856,10 +525,10 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                         f"set precision_config.out_dtype={y.dtype} or pass a {out_dtype} y")
     if y_acc_in is not None and scatter_indx is not None:
         raise SpecError("y_acc_in cannot be combined with scatter_indx: accumulate after the scatter instead")
-    written, read = _named_tensors(x, w, bias, routing_data if ragged else None, gather_indx, scatter_indx, pc, betas,
+    written, read = named_tensors(x, w, bias, routing_data if ragged else None, gather_indx, scatter_indx, pc, betas,
                                    gammas, y, act, epi, y_acc_in)
-    _check_devices(x, {**read, **written})
-    _check_distinct_elements(written)
+    check_devices(x, {**read, **written})
+    check_distinct_elements(written)
     if batch > _MAX_GRID_Y:
         raise SpecError(f"batched x has B={batch} > {_MAX_GRID_Y} entries, more than one launch covers; "
                         f"split the batch")
@@ -896,14 +565,14 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
     scales_n_contiguous = w_fmt.scaling == "block_e8m0" and pc.weight_scale.stride(-1) == 1
-    flags = make_opt_flags(*flag_args, _persistent_blocker(variant, x), scales_n_contiguous, gather_indx is not None,
+    flags = make_opt_flags(*flag_args, persistent_blocker(variant, x), scales_n_contiguous, gather_indx is not None,
                            topk)
     matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     if flags.persistent:
         y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
-        if (tma_blocker := _tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
+        if (tma_problem := tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
             # the tiled kernel, or the error if persistent was forced
-            flags = make_opt_flags(*flag_args, tma_blocker, scales_n_contiguous, gather_indx is not None, topk)
+            flags = make_opt_flags(*flag_args, tma_problem, scales_n_contiguous, gather_indx is not None, topk)
             matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
