@@ -158,6 +158,18 @@ def test_asking_for_a_split_of_k_drops_the_heuristic_persistent_kernel():
     assert (flags.persistent, flags.split_k, flags.block_m) == (False, 4, 16)
 
 
+def test_a_constrained_tile_the_persistent_kernel_cannot_store_drops_it():
+    # Found by the GPU fuzzing: 33 x 130 x 256 bf16 with SwiGLU takes the persistent kernel; a forced 16x16x16 tile
+    # leaves it half tiles of 4 output columns, under TMA's 16 bytes. Without persistent=True the tile runs tiled.
+    assert make_opt_flags(2, 1, 33, 130, 256, 2, None, 0, True, 132, persistent_blocker=None).persistent
+    tile = (("block_k", 16), ("block_m", 16), ("block_n", 16))
+    flags = make_opt_flags(2, 1, 33, 130, 256, 2, None, 0, True, 132, constraints=tile, persistent_blocker=None)
+    assert (flags.persistent, flags.block_m, flags.block_n, flags.block_k) == (False, 16, 16, 16)
+    with pytest.raises(InapplicableConstraintError, match="half tiles of at least 8 output columns"):
+        make_opt_flags(2, 1, 33, 130, 256, 2, None, 0, True, 132, constraints=tile + (("persistent", True),),
+                       persistent_blocker=None)
+
+
 def _hopper_mxfp4(n, k, tokens, n_expts, top_k, scales_n_contiguous=True, constraints=(), split_is_free=False):
     rows = tokens * top_k
     return make_opt_flags(2, 1, rows, n, k, 1, n_expts, max(1, rows // n_expts), True, 132, "hopper",

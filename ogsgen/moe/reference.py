@@ -1,7 +1,7 @@
 """Plain-torch routing reference (synchronizes; for tests): same results as ``routing_from_topk``."""
 import torch
 
-from ..runtime.types import GatherIndx, RoutingData, ScatterIndx
+from ..types import GatherIndx, RoutingData, ScatterIndx
 from .checks import check_expert_ids
 from .metadata import make_ragged_tensor_metadata_torch
 

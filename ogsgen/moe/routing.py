@@ -14,7 +14,7 @@ import torch
 
 from ..devices import check_kernel_device
 from ..errors import SpecError, SpecTypeError
-from ..runtime.types import GatherIndx, RoutingData, ScatterIndx
+from ..types import GatherIndx, RoutingData, ScatterIndx
 from .checks import check_expert_ids, host_checks_apply
 from .metadata import MAX_EXPERTS, check_row_count, expert_histogram, make_ragged_tensor_metadata
 

@@ -18,7 +18,7 @@ from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from ..numerics.mx import FP8_DTYPES, MX_BLOCK, ROUNDINGS, dequantize_mx_torch
 from ..numerics.scale_bounds import bound_mx_scales
-from ..runtime.types import FlexCtx, InFlexData, PrecisionConfig
+from ..types import FlexCtx, InFlexData, PrecisionConfig
 
 FORMATS = ("bf16", "fp16", "fp32", "fp8e4m3", "fp8e5m2", "mxfp4", "mxfp8e4m3", "mxfp8e5m2")
 _PLAIN = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

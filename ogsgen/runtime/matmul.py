@@ -21,10 +21,10 @@ from ..numerics.layouts import SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..numerics.scale_bounds import scales_at_most_2
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan, topk_split_k_plan
+from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 from . import launcher, loader, memory, plans, wgmma_hazards
 from .descriptors import ragged_rows_descriptor
 from .opt_flags import OptFlags, current_constraints, make_opt_flags, reduce_tile, row_tiles
-from .types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 from .validation import (check_argument_types, check_devices, check_distinct_elements, check_routing, check_scales,
                          check_tensor, check_vector, named_tensors, operand_formats, persistent_blocker, reinterpret,
                          reject_unsupported, tma_blocker)

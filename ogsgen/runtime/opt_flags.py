@@ -281,6 +281,8 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
         constrained = {"persistent": False, **constrained}
     flags = replace(flags, **constrained)
     operands = (itemsize, reduction_n, w_mx_layout, y_mx)
+    if flags.persistent and "persistent" not in constrained and _tile_problem(flags, *operands) is not None:
+        flags = replace(flags, persistent=False)  # the heuristic's kernel cannot take the asked-for tile: the tiled one
     if (problem := _tile_problem(flags, *operands)) is not None:
         raise InapplicableConstraintError(problem)
     for tile in flags.fallback_tiles:  # only ever asked for: the heuristic's tiles wait instead

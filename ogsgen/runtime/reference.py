@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import SpecError, UnsupportedError
-from .types import Epilogue, FusedActivation, PrecisionConfig
+from ..types import Epilogue, FusedActivation, PrecisionConfig
 
 
 def _reference_of(specs, argument: str):

@@ -13,9 +13,9 @@ from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
 from ..spec.variant import KernelVariant
+from ..types import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OutFlexData, PrecisionConfig,
+                     RoutingData, ScatterIndx)
 from .opt_flags import row_tiles
-from .types import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OutFlexData, PrecisionConfig,
-                    RoutingData, ScatterIndx)
 
 FP8_DTYPES = {torch.float8_e4m3fn: FP8_E4M3, torch.float8_e5m2: FP8_E5M2}
 MX_FP8_DTYPES = {torch.float8_e4m3fn: MXFP8_E4M3, torch.float8_e5m2: MXFP8_E5M2}

@@ -70,7 +70,7 @@ class WarmupCall:
     def run(self, device) -> None:
         from ..moe.routing import routing
         from .matmul import matmul_ogs
-        from .types import Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig
+        from ..types import Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig
 
         v, n, k = self.variant, _N, self.k
         n_out = n // v.reduction_n
@@ -197,7 +197,7 @@ def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, devi
     from ..moe.weights import prepare_expert_weights
     from ..numerics.layouts import swizzle_mx_values
     from ..numerics.scale_bounds import LARGEST_SMALL_CODE, bound_mx_scales
-    from .types import FlexCtx, InFlexData
+    from ..types import FlexCtx, InFlexData
 
     fmt = variant.w
     prepared = prepare_expert_weights(torch.randn(n_experts or 1, n, k, device=device),

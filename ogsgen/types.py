@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from ..errors import SpecError, SpecTypeError
-from ..spec.functions import FnSpecs
+from .errors import SpecError, SpecTypeError
+from .spec.functions import FnSpecs
 
 
 @dataclass
