@@ -165,7 +165,8 @@ def place(values: torch.Tensor, layout: Layout, fill=None):
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """The bytes of ``t``'s elements (NaN payloads and signs of zero included), in logical order."""
-    return t.detach().flatten().contiguous().view(torch.uint8).clone()
+    # (a contiguous copy: .contiguous() keeps the stride of a one-element tensor, which .view(uint8) refuses)
+    return t.detach().flatten().clone(memory_format=torch.contiguous_format).view(torch.uint8)
 
 
 # ---------------------------------------------------------------- cases
