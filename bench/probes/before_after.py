@@ -11,6 +11,10 @@ its own routing and weight layout from the same draws), checks the two outputs a
 in turns (the bench's CUDA-graph rounds, each library first in half of them), then the host time of one replayed eager call of gpt-oss w1 T=1 (the
 bench's host-overhead case) and of the same call with a preallocated y (which this tree's overlap guard checks),
 alternating libraries over several rounds. Writes DIR/before_after.csv and DIR/before_after.md.
+
+Its ratios carry a bias: the library whose cases are built first (this tree) timed 2.4-4.9% slower on the
+prefill and mxfp4 cases in an A/A control (``--this-name ogsgen_base`` against a second staged copy of the same
+tree, bench/results/2026-12-03-probes). Compare a change's ratios with such a control run in the same session.
 """
 from __future__ import annotations
 
