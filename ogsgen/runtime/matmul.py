@@ -41,7 +41,7 @@ def _cdiv(a: int, b: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 @dataclass
-class _Launch:
+class _Call:
     """What every kernel of one call shares."""
     x: torch.Tensor
     w: torch.Tensor
@@ -68,21 +68,21 @@ def _fn_args(kind: str, specs, values) -> dict:
     return {ARG_PREFIX[kind] + name: value for name, value in zip(specs.fn_arg_names, values)}
 
 
-def _launch_matmul(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, **operands):
+def _launch_matmul(variant: KernelVariant, call: _Call, flags, out: torch.Tensor, **operands):
     """One matmul kernel writing ``out``: (M, N) / (B, M, N) rows, or (S, B, M, N) fp32 partials.
 
     ``operands``: bias, betas, gammas, y_acc_in, out_alpha and optionally split_k. MX-weight binaries on Hopper
     are checked for ptxas's wgmma register hazard before their first launch; one that has it is replaced for
     good (that binary: the same flags may compile clean binaries for other calls) by :func:`_launch_hazard_free`.
     """
-    kernel, grid, args, options = _matmul_launch(variant, call, flags, out, **operands)
+    kernel, grid, args, options = _matmul_arguments(variant, call, flags, out, **operands)
     if not (variant.w.scaling == "block_e8m0" and _has_wgmma(call.x)):
         plans.launch(kernel, grid, args, compiling=_compiling(flags), **options)
         return
     binary = launcher.binary_key(kernel, args, options)
     if (replacement := _REPLACED.get((flags, binary))) is not None:
         flags = replacement
-        kernel, grid, args, options = _matmul_launch(variant, call, flags, out, **operands)
+        kernel, grid, args, options = _matmul_arguments(variant, call, flags, out, **operands)
     try:
         plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(flags),
                      **options)
@@ -100,7 +100,7 @@ def _compiling(flags):
     return wgmma_hazards.waiting_for_each_wgmma_compiles if flags.wait_mma else None
 
 
-def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, binary: tuple, out: torch.Tensor, hazard,
+def _launch_hazard_free(variant: KernelVariant, call: _Call, flags, binary: tuple, out: torch.Tensor, hazard,
                         **operands):
     """Run a call whose MX binary (``binary``: its ``launcher.binary_key``) has the wgmma register hazard on the
     first of the flags' fallback tiles whose binary is clean and fits, else on the same tile waiting for each
@@ -109,7 +109,7 @@ def _launch_hazard_free(variant: KernelVariant, call: _Launch, flags, binary: tu
     replacement = None
     for tile in flags.fallback_tiles:
         candidate = flags.fallback(tile)
-        kernel, grid, args, options = _matmul_launch(variant, call, candidate, out, **operands)
+        kernel, grid, args, options = _matmul_arguments(variant, call, candidate, out, **operands)
         try:
             plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(candidate),
                          **options)
@@ -141,7 +141,7 @@ def forget_hazard_replacements() -> None:
     _REPLACED.clear()
 
 
-def _matmul_launch(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, *, bias, betas, gammas,
+def _matmul_arguments(variant: KernelVariant, call: _Call, flags, out: torch.Tensor, *, bias, betas, gammas,
                    y_acc_in, out_alpha, split_k: int = 1):
     """(kernel, grid, arguments, options) of the matmul kernel for these flags."""
     ragged = variant.ragged
@@ -198,7 +198,7 @@ def _has_wgmma(x: torch.Tensor) -> bool:
     return x.is_cuda and target(x.device).wgmma
 
 
-def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor, split_k: int):
+def _tiled_operand_args(variant: KernelVariant, call: _Call, flags, out: torch.Tensor, split_k: int):
     """Operand arguments and grid of the one-program-per-tile kernel: pointers and strides."""
     x, w = call.x, call.w
     # Hopper-layout words are (..., N slabs, K words): their K stride is the last.
@@ -239,7 +239,7 @@ def _tiled_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch
     return args, (grid_m * _cdiv(call.n, flags.block_n), call.batch, split_k)
 
 
-def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: torch.Tensor):
+def _persistent_operand_args(variant: KernelVariant, call: _Call, flags, out: torch.Tensor):
     """Operand arguments and grid of the persistent kernel: TMA descriptors of x (ragged rows, or batch, rows,
     K), w (experts or batch, K, N) and, where that kernel stores by TMA, of Y (as x) in half tiles; at most one
     program per SM."""
@@ -272,7 +272,7 @@ def _persistent_operand_args(variant: KernelVariant, call: _Launch, flags, out: 
     return args, (n_programs, 1, 1)
 
 
-def _rows_in_sorted_order(call: _Launch) -> torch.Tensor:
+def _rows_in_sorted_order(call: _Call) -> torch.Tensor:
     """The gather done ahead, for the persistent kernel: one copy of x's rows per gate (measured on the H200: the
     persistent kernel's gain at large batches pays for it, docs/heuristics.md), into a buffer of the call's plan."""
     gates, x = call.gather_indx.src_indx, call.x
@@ -301,7 +301,7 @@ def _mx_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
     return args
 
 
-def _launch_reduce(variant: KernelVariant, call: _Launch, parts: torch.Tensor, out: torch.Tensor, *, gammas,
+def _launch_reduce(variant: KernelVariant, call: _Call, parts: torch.Tensor, out: torch.Tensor, *, gammas,
                    epilogue_values, scatter_src=None):
     """Sum ``parts`` into ``out`` (B, M, N // reduction_n), applying what is left. Split K: ``parts`` (S, B, M, N)
     summed over S. A scatter: ``parts`` the matmul's rows (sorted rows, N), or their split-K partials (split, sorted
@@ -551,7 +551,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs)
-    call = _Launch(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc)
+    call = _Call(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc)
     n_expts = routing_data.n_expts_tot if ragged else None
     tokens_per_expt = 0
     if ragged:
@@ -593,7 +593,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     return y
 
 
-def _matmul_output(variant: KernelVariant, call: _Launch, flags, topk: bool, y: torch.Tensor,
+def _matmul_output(variant: KernelVariant, call: _Call, flags, topk: bool, y: torch.Tensor,
                    n_out: int) -> tuple[KernelVariant, KernelVariant | None, torch.Tensor]:
     """(matmul variant, reduce variant or None, the matmul's output) of a call: y itself, or a buffer for the reduce
     to sum: a top-k scatter's rows in sorted order (scratch in the output dtype, or fp32 split-K partials
