@@ -14,6 +14,7 @@ from .._resources import data_dir
 from .._version import __version__
 from ..numerics import jit
 from ..numerics.mx import ELEMENT_MAX
+from ..spec.formats import ELEMENTS, FP8_ELEMENTS
 from ..spec.functions import function_source_hash
 from ..spec.kernel_abi import RAGGED_ROWS_BOUND
 from ..spec.variant import KernelVariant, canonical_name
@@ -22,9 +23,8 @@ from ..spec.variant import KernelVariant, canonical_name
 # fail with "AST constructor recursion depth mismatch" (python/cpython#106905); builds in threads serialize here.
 _PARSE_LOCK = threading.Lock()
 
-_TL_DTYPE = {"bf16": "tl.bfloat16", "fp16": "tl.float16", "fp32": "tl.float32", "e4m3": "tl.float8e4nv",
-             "e5m2": "tl.float8e5"}
-_MAX_FINITE = {"e4m3": "448.0", "e5m2": "57344.0"}
+_TL_DTYPE = {name: e.tl_dtype for name, e in ELEMENTS.items()}
+_MAX_FINITE = {name: repr(ELEMENTS[name].max_finite) for name in FP8_ELEMENTS}  # saturating fp8 outputs
 
 # Kernel parameter prefixes of closure-function arguments: they keep user argument names from
 # colliding with the kernel's own parameters (N, K, ...).

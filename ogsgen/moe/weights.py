@@ -16,14 +16,16 @@ from ..devices import check_kernel_device, target
 from ..errors import SpecError, SpecTypeError
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
-from ..numerics.mx import FP8_DTYPES, MX_BLOCK, ROUNDINGS, dequantize_mx_torch
+from ..numerics.mx import MX_BLOCK, ROUNDINGS, dequantize_mx_torch
 from ..numerics.scale_bounds import bound_mx_scales
+from ..spec.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, MXFP4, MXFP8_E4M3, MXFP8_E5M2, format_named
 from ..types import FlexCtx, InFlexData, PrecisionConfig
 
 FORMATS = ("bf16", "fp16", "fp32", "fp8e4m3", "fp8e5m2", "mxfp4", "mxfp8e4m3", "mxfp8e5m2")
-_PLAIN = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-_FP8 = {"fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
-_MX = {"mxfp4": "e2m1", "mxfp8e4m3": "e4m3", "mxfp8e5m2": "e5m2"}
+# format names (NumericFormat.name) -> what preparing them needs
+_PLAIN = {f.name: f.torch_dtype for f in (BF16, FP16, FP32)}
+_FP8 = {f.name: f.torch_dtype for f in (FP8_E4M3, FP8_E5M2)}
+_MX = {f.name: f.element for f in (MXFP4, MXFP8_E4M3, MXFP8_E5M2)}
 
 
 def _interleave(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -173,7 +175,7 @@ def _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format) -> Prep
         raise SpecError(f"a checkpoint weight must be a (values, scales) tuple of 2 tensors, got a tuple of "
                         f"{len(weight)}")
     values, scales = weight
-    values_dtype = torch.uint8 if format == "mxfp4" else FP8_DTYPES[_MX[format]]
+    values_dtype = format_named(format).torch_dtype
     values_kind = "packed mxfp4 values, two per byte" if format == "mxfp4" else f"{format} values"
     for name, t, dtype, kind in (("values", values, values_dtype, values_kind),
                                  ("scales", scales, torch.uint8, "e8m0 scale codes")):

@@ -1,8 +1,9 @@
 """Flexpoint: fp8 (or fp16) values with fp32 scales held in device tensors."""
 import torch
 
-_MAX_FINITE = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0, torch.float16: 65504.0,
-               torch.bfloat16: 3.3895313892515355e38, torch.float32: 3.4028234663852886e38}
+from ..spec.formats import ELEMENTS
+
+_MAX_FINITE = {e.torch_dtype: e.max_finite for e in ELEMENTS.values() if e.torch_dtype.is_floating_point}
 
 
 def max_finite(dtype: torch.dtype) -> float:

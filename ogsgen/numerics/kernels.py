@@ -8,10 +8,11 @@ import triton.language as tl
 
 from ..devices import check_kernel_device
 from ..errors import SpecError
+from ..spec.formats import ELEMENTS, FP8_ELEMENTS
 from .jit import pack_e2m1_rows, scale_mx_rows, upcast_mx_rows
 from .mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK, _check, _check_axis, _check_tensor
 
-_TL_FP8 = {"e4m3": tl.float8e4nv, "e5m2": tl.float8e5}
+_TL_FP8 = {name: getattr(tl, ELEMENTS[name].tl_dtype.removeprefix("tl.")) for name in FP8_ELEMENTS}
 
 
 @triton.jit

@@ -20,12 +20,13 @@ import math
 import torch
 
 from ..errors import SpecError, SpecTypeError
+from ..spec.formats import ELEMENTS as _ELEMENTS, FP8_ELEMENTS, MX_BLOCK, MX_ELEMENTS
 
-MX_BLOCK = 32
-ELEMENTS = ("e2m1", "e4m3", "e5m2")
+ELEMENTS = MX_ELEMENTS
 # element -> (largest finite value, its binary exponent, its mantissa bits as an fp32 mantissa field)
-ELEMENT_MAX = {"e2m1": (6.0, 2, 0x400000), "e4m3": (448.0, 8, 0x600000), "e5m2": (57344.0, 15, 0x600000)}
-FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+ELEMENT_MAX = {name: (_ELEMENTS[name].max_finite, _ELEMENTS[name].mx_emax, _ELEMENTS[name].mx_max_mantissa)
+               for name in MX_ELEMENTS}
+FP8_DTYPES = {name: _ELEMENTS[name].torch_dtype for name in FP8_ELEMENTS}
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 ROUNDINGS = ("up", "down")
 

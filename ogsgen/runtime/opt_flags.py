@@ -14,6 +14,7 @@ import triton
 
 from ..errors import InapplicableConstraintError
 from ..moe.metadata import BLOCK_SIZES
+from ..spec.formats import MX_BLOCK
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32. At least 16 (tl.dot), and 32 for an
     # fp8 dot and for MX weights (one scale per 32 rows of K), whatever K (_tile_problem refuses less).
-    least_k = 32 if itemsize == 1 or w_mx_layout is not None else 16
+    least_k = 32 if itemsize == 1 else MX_BLOCK if w_mx_layout is not None else 16
     block_k = max(least_k, min(128 // itemsize, triton.next_power_of_2(max(k, 1))))
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
     wait_mma, maxnreg = False, None
@@ -270,8 +271,8 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     # Tiles changed here drop the heuristic's register cap and wait for each wgmma, measured for its own tile.
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
-    if y_mx and flags.block_n < 32 * reduction_n:  # each output tile holds whole 32-column scale blocks
-        flags = replace(flags, block_n=32 * reduction_n, **_MEASURED_FOR_ITS_TILE)
+    if y_mx and flags.block_n < MX_BLOCK * reduction_n:  # each output tile holds whole scale blocks
+        flags = replace(flags, block_n=MX_BLOCK * reduction_n, **_MEASURED_FOR_ITS_TILE)
     constrained = dict(constraints)
     if any(key in constrained for key in TILE_KEYS):
         constrained = {**_MEASURED_FOR_ITS_TILE, **constrained}
@@ -312,15 +313,15 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
 def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout: str | None,
                   y_mx: bool) -> str | None:
     """Why the operands cannot take this tile's block sizes, or None."""
-    if y_mx and (flags.block_n // reduction_n) % 32:
-        return f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a multiple of 32"
+    if y_mx and (flags.block_n // reduction_n) % MX_BLOCK:
+        return f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a multiple of {MX_BLOCK}"
     # The persistent kernel's epilogue works on column halves, stored by TMA in boxes of at least 16 bytes.
     if flags.persistent and flags.block_n // 2 // reduction_n < 8:
         return (f"block_n={flags.block_n}: the persistent kernel stores half tiles of at least 8 output columns, "
                 f"so block_n must be at least {16 * reduction_n}")
-    if flags.persistent and y_mx and (flags.block_n // 2 // reduction_n) % 32:
+    if flags.persistent and y_mx and (flags.block_n // 2 // reduction_n) % MX_BLOCK:
         return (f"block_n={flags.block_n}: the persistent kernel stores half tiles, and an mx output needs "
-                f"block_n // 2 // reduction_n to be a multiple of 32")
+                f"block_n // 2 // reduction_n to be a multiple of {MX_BLOCK}")
     if itemsize == 1 and flags.block_k < 32:
         return f"block_k={flags.block_k}: an fp8 dot needs block_k >= 32"
     if w_mx_layout == "hopper" and flags.block_k % 64:
@@ -329,9 +330,9 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if w_mx_layout == "hopper" and flags.block_n % 16:
         return (f"block_n={flags.block_n}: hopper-layout mxfp4 weights come in slabs of 16 columns of N, so block_n "
                 f"must be a multiple of 16")
-    if w_mx_layout is not None and flags.block_k % 32:
-        return (f"block_k={flags.block_k}: mx weights carry one scale per 32 rows of K, so block_k must be a "
-                f"multiple of 32")
+    if w_mx_layout is not None and flags.block_k % MX_BLOCK:
+        return (f"block_k={flags.block_k}: mx weights carry one scale per {MX_BLOCK} rows of K, so block_k must be "
+                f"a multiple of {MX_BLOCK}")
     if flags.block_n % reduction_n:
         return f"block_n={flags.block_n} must be a multiple of the activation's reduction_n ({reduction_n})"
     return None

@@ -11,14 +11,12 @@ from ..errors import SpecError, SpecTypeError, UnsupportedError
 from ..moe.metadata import RaggedTensorMetadata
 from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
-from ..spec.formats import (FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, plain_format_of)
+from ..spec.formats import FLEX_BY_DTYPE, MX_FP8_BY_DTYPE, MXFP4, MXFP4_HOPPER, plain_format_of
 from ..spec.variant import KernelVariant
 from ..types import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OutFlexData, PrecisionConfig,
                      RoutingData, ScatterIndx)
 from .opt_flags import row_tiles
 
-FP8_DTYPES = {torch.float8_e4m3fn: FP8_E4M3, torch.float8_e5m2: FP8_E5M2}
-MX_FP8_DTYPES = {torch.float8_e4m3fn: MXFP8_E4M3, torch.float8_e5m2: MXFP8_E5M2}
 
 
 
@@ -124,7 +122,7 @@ def reject_unsupported(fused_comm, inner_routing_data, pc: PrecisionConfig):
 
 def reinterpret(tensor, flex_dtype, name):
     """Flexpoint data may arrive as raw bytes with its fp8 dtype in the InFlexData."""
-    if flex_dtype is not None and tensor.dtype == torch.uint8 and flex_dtype in FP8_DTYPES:
+    if flex_dtype is not None and tensor.dtype == torch.uint8 and flex_dtype in FLEX_BY_DTYPE:
         return tensor.view(flex_dtype)
     if flex_dtype is not None and tensor.dtype != flex_dtype:
         raise SpecError(f"{name} has dtype {tensor.dtype} but its InFlexData says {flex_dtype}")
@@ -151,8 +149,8 @@ def _unwrap_swizzled(w, x):
 
 def operand_formats(x, w, pc: PrecisionConfig):
     """(x format, w format, y format, logical K) of a call, from dtypes and the precision config."""
-    if x.dtype in FP8_DTYPES:
-        x_fmt = FP8_DTYPES[x.dtype]
+    if x.dtype in FLEX_BY_DTYPE:
+        x_fmt = FLEX_BY_DTYPE[x.dtype]
     else:
         x_fmt = plain_format_of(x.dtype, "x")
     k = w.shape[-2]
@@ -164,13 +162,13 @@ def operand_formats(x, w, pc: PrecisionConfig):
     elif pc.weight_scale is not None:
         if w.dtype == torch.uint8:
             w_fmt, k = MXFP4, 2 * w.shape[-2]  # two e2m1 values per byte along K
-        elif w.dtype in MX_FP8_DTYPES:
-            w_fmt = MX_FP8_DTYPES[w.dtype]
+        elif w.dtype in MX_FP8_BY_DTYPE:
+            w_fmt = MX_FP8_BY_DTYPE[w.dtype]
         else:
             raise SpecError(f"precision_config.weight_scale makes w an mx tensor: w must be uint8 (packed mxfp4, "
                             f"two values per byte along K) or float8, got {w.dtype}")
-    elif w.dtype in FP8_DTYPES:
-        w_fmt = FP8_DTYPES[w.dtype]
+    elif w.dtype in FLEX_BY_DTYPE:
+        w_fmt = FLEX_BY_DTYPE[w.dtype]
     elif w.dtype == torch.uint8:
         raise SpecError("w is uint8 (packed mxfp4) but precision_config.weight_scale is None; pass its e8m0 scales")
     else:
@@ -179,13 +177,13 @@ def operand_formats(x, w, pc: PrecisionConfig):
             raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
     if pc.out_scale is not None:  # an MX output: fp8 values and e8m0 scales per 32 columns
         out_dtype = pc.out_dtype or torch.float8_e4m3fn
-        if out_dtype not in MX_FP8_DTYPES:
+        if out_dtype not in MX_FP8_BY_DTYPE:
             raise SpecError(f"precision_config.out_scale makes the output mxfp8: out_dtype must be a float8 dtype "
                             f"(or None for e4m3), got {out_dtype}")
-        y_fmt = MX_FP8_DTYPES[out_dtype]
+        y_fmt = MX_FP8_BY_DTYPE[out_dtype]
     else:
         out_dtype = pc.out_dtype or (x.dtype if x_fmt.scaling == "none" else torch.bfloat16)
-        y_fmt = FP8_DTYPES[out_dtype] if out_dtype in FP8_DTYPES else plain_format_of(out_dtype,
+        y_fmt = FLEX_BY_DTYPE[out_dtype] if out_dtype in FLEX_BY_DTYPE else plain_format_of(out_dtype,
                                                                                          "precision_config.out_dtype")
     if x.is_cuda and any(f.bits == 8 for f in (x_fmt, w_fmt, y_fmt)):
         _check_fp8_hardware(x.device)

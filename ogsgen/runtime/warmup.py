@@ -34,6 +34,7 @@ import torch
 
 from ..devices import target
 from ..errors import OgsgenError
+from ..spec.formats import MX_BLOCK
 from ..spec.variant import KernelVariant, canonical_name
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
 
@@ -90,7 +91,7 @@ class WarmupCall:
         if v.y.scaling == "flexpoint":
             flex = FlexCtx(flex.lhs_data, flex.rhs_data, OutFlexData(expected_scale=ones, actual_scale=ones.clone()))
         if v.y.scaling == "block_e8m0":
-            fields["out_scale"] = torch.empty(out_rows, -(-n_out // 32), dtype=torch.uint8, device=device)
+            fields["out_scale"] = torch.empty(out_rows, -(-n_out // MX_BLOCK), dtype=torch.uint8, device=device)
         lead = (_CALL_EXPERTS,) if v.ragged else ()
         with opt_flags_constraints(**asdict(self.flags)):
             matmul_ogs(x, w, torch.randn(*lead, n, device=device) if v.bias else None, rd,
@@ -151,7 +152,7 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
         # that one-wave tile (rows per expert 1 / experts: one row in all)
         sizes += [(1 / experts, 256 * (n_sms // 2), k, experts) for k in _KS for experts in _EXPERTS]
     for rows, n, k, experts in sizes:
-        if n % variant.reduction_n or (y_mx and n // variant.reduction_n < 32):
+        if n % variant.reduction_n or (y_mx and n // variant.reduction_n < MX_BLOCK):
             continue
         if variant.ragged:
             args = (int(rows * experts), n, k, variant.reduction_n, experts, max(1, int(rows)))

@@ -21,15 +21,35 @@ from ..errors import SpecError
 SCALINGS = ("none", "flexpoint", "block_e8m0")
 LAYOUTS = ("strided", "hopper")
 
-# element name -> (torch storage dtype, bits per element)
-ELEMENTS = {
-    "bf16": (torch.bfloat16, 16),
-    "fp16": (torch.float16, 16),
-    "fp32": (torch.float32, 32),
-    "e4m3": (torch.float8_e4m3fn, 8),
-    "e5m2": (torch.float8_e5m2, 8),
-    "e2m1": (torch.uint8, 4),
-}
+MX_BLOCK = 32  # values along K that share one e8m0 scale (the OCP MX block)
+
+
+@dataclass(frozen=True)
+class Element:
+    """One element type: every numeric fact of it that ogsgen uses, in one place."""
+    name: str
+    torch_dtype: torch.dtype  # the dtype of the tensor that stores the values (uint8 for packed fp4)
+    bits: int
+    tl_dtype: str             # the Triton type a kernel names
+    max_finite: float
+    mx_emax: int | None = None         # MX elements: the binary exponent of the largest value
+    mx_max_mantissa: int | None = None  # ... and its mantissa bits as a float32 mantissa field
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.bits == 8
+
+
+ELEMENTS = {e.name: e for e in (
+    Element("bf16", torch.bfloat16, 16, "tl.bfloat16", 3.3895313892515355e38),
+    Element("fp16", torch.float16, 16, "tl.float16", 65504.0),
+    Element("fp32", torch.float32, 32, "tl.float32", 3.4028234663852886e38),
+    Element("e4m3", torch.float8_e4m3fn, 8, "tl.float8e4nv", 448.0, 8, 0x600000),
+    Element("e5m2", torch.float8_e5m2, 8, "tl.float8e5", 57344.0, 15, 0x600000),
+    Element("e2m1", torch.uint8, 4, "tl.uint8", 6.0, 2, 0x400000),
+)}
+MX_ELEMENTS = tuple(sorted(name for name, e in ELEMENTS.items() if e.mx_emax is not None))
+FP8_ELEMENTS = tuple(name for name, e in ELEMENTS.items() if e.is_fp8)
 
 
 @dataclass(frozen=True)
@@ -57,12 +77,12 @@ class NumericFormat:
 
     @property
     def bits(self) -> int:
-        return ELEMENTS[self.element][1]
+        return ELEMENTS[self.element].bits
 
     @property
     def torch_dtype(self) -> torch.dtype:
         """The dtype of the tensor that stores the values (uint8 for packed fp4)."""
-        return ELEMENTS[self.element][0]
+        return ELEMENTS[self.element].torch_dtype
 
     @property
     def name(self) -> str:
@@ -85,14 +105,16 @@ FP16 = NumericFormat("fp16")
 FP32 = NumericFormat("fp32")
 FP8_E4M3 = NumericFormat("e4m3", "flexpoint")
 FP8_E5M2 = NumericFormat("e5m2", "flexpoint")
-MXFP4 = NumericFormat("e2m1", "block_e8m0", 32)
-MXFP4_HOPPER = NumericFormat("e2m1", "block_e8m0", 32, layout="hopper")
-MXFP8_E4M3 = NumericFormat("e4m3", "block_e8m0", 32)
-MXFP8_E5M2 = NumericFormat("e5m2", "block_e8m0", 32)
+MXFP4 = NumericFormat("e2m1", "block_e8m0", MX_BLOCK)
+MXFP4_HOPPER = NumericFormat("e2m1", "block_e8m0", MX_BLOCK, layout="hopper")
+MXFP8_E4M3 = NumericFormat("e4m3", "block_e8m0", MX_BLOCK)
+MXFP8_E5M2 = NumericFormat("e5m2", "block_e8m0", MX_BLOCK)
 
 BY_NAME = {f.name: f for f in (BF16, FP16, FP32, FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2)}
 
-_PLAIN_BY_DTYPE = {torch.bfloat16: BF16, torch.float16: FP16, torch.float32: FP32}
+_PLAIN_BY_DTYPE = {f.torch_dtype: f for f in (BF16, FP16, FP32)}
+FLEX_BY_DTYPE = {f.torch_dtype: f for f in (FP8_E4M3, FP8_E5M2)}      # an fp8 tensor with a flexpoint scale
+MX_FP8_BY_DTYPE = {f.torch_dtype: f for f in (MXFP8_E4M3, MXFP8_E5M2)}  # an fp8 tensor with e8m0 block scales
 
 
 def format_named(name: str) -> NumericFormat:
