@@ -1,5 +1,5 @@
 """Probe (GPU): how fast can the persistent path's gather copy be? The bf16 w1 calls at large batches copy x into
-the sorted rows' order before the persistent TMA kernel (ogsgen.runtime.matmul._rows_in_sorted_order); this
+the sorted rows' order before the persistent TMA kernel (ogsgen.runtime.arguments.MatmulInputs._rows_in_sorted_order); this
 times that copy as the runtime makes it (index math in torch, then ``index_select``) against Triton row-gather
 kernels that take the gate indices as they are, per tile shape, and checks every candidate bit for bit.
 

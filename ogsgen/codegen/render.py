@@ -16,7 +16,7 @@ from ..numerics import jit
 from ..numerics.mx import ELEMENT_MAX
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
 from ..spec.functions import function_source_hash
-from ..spec.kernel_abi import RAGGED_ROWS_BOUND
+from ..spec.kernel_abi import ARG_PREFIX, RAGGED_ROWS_BOUND, kernel_of, per_call_names, signature_lines
 from ..spec.variant import KernelVariant, canonical_name
 
 # CPython 3.11's ast module keeps its recursion counter per interpreter, so parses in two threads at once
@@ -25,11 +25,6 @@ _PARSE_LOCK = threading.Lock()
 
 _TL_DTYPE = {name: e.tl_dtype for name, e in ELEMENTS.items()}
 _MAX_FINITE = {name: repr(ELEMENTS[name].max_finite) for name in FP8_ELEMENTS}  # saturating fp8 outputs
-
-# Kernel parameter prefixes of closure-function arguments: they keep user argument names from
-# colliding with the kernel's own parameters (N, K, ...).
-ARG_PREFIX = {"activation": "act_", "epilogue": "epi_"}
-
 
 def pyliteral(value, indent: int = 0) -> str:
     """A Python literal for nested dicts/lists of scalars, with stable key order and 4-space indents."""
@@ -125,39 +120,26 @@ class RenderedKernel:
         return {"path": self.filename, "sha256": self.sha256, "spec": self.variant.describe(), **self.provenance}
 
 
-def _runtime_ints(variant: KernelVariant, persistent: bool = False) -> list[str]:
-    """Integer arguments that change from call to call with the number of tokens (or with the model, for the
-    persistent kernel's expert count and program count). Triton does not specialize on them, so one compiled
-    kernel serves every batch size (and ``ogsgen warmup`` covers all of them)."""
-    if persistent:
-        return ["n_expts_tot", "n_programs"] if variant.ragged else ["M", "n_batches", "n_programs"]
-    if variant.family == "reduce":
-        return ["M"] if variant.scatter else ["M", "n_expts_tot"]
-    if not variant.ragged:
-        return ["M"]
-    return ["n_row_tiles", *(["n_expts_act"] if variant.gather else [])]
-
-
 def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
     variant.check_supported()
     name = canonical_name(variant)
     provenance = {"ogsgen_version": __version__, "catalog": catalog_name, "variant": name,
                   **expected_provenance(variant)}
     fn_args = {kind: [ARG_PREFIX[kind] + a for a in spec.fn_arg_names] for kind, spec in variant.functions().items()}
-    fn_ints = [ARG_PREFIX[kind] + a for kind, spec in variant.functions().items()
-               for a in spec.fn_arg_do_not_specialize]
     source = environment().get_template(variant.template).render(
         variant=variant,
         name=name,
         provenance=provenance,
         act_args=fn_args.get("activation", []),
         epi_args=fn_args.get("epilogue", []),
-        do_not_specialize=sorted(_runtime_ints(variant) + fn_ints),
-        persistent_do_not_specialize=sorted(_runtime_ints(variant, persistent=True) + fn_ints),
+        signature=signature_lines(variant, kernel_of(variant)),
+        do_not_specialize=per_call_names(variant, kernel_of(variant)),
+        persistent_signature=signature_lines(variant, "persistent") if variant.has_persistent_kernel else [],
+        persistent_do_not_specialize=per_call_names(variant, "persistent") if variant.has_persistent_kernel else [],
         x_tl_dtype=_TL_DTYPE[variant.x.element],
         y_tl_dtype=_TL_DTYPE[variant.y.element],
         y_max_finite=_MAX_FINITE.get(variant.y.element, ""),
-        fp8_dot=variant.x.bits == 8 and variant.w.bits == 8 and variant.w.scaling == "flexpoint",
+        fp8_dot=variant.fp8_dot,
         helpers=sorted(helpers_used(variant)),
         y_mx=_mx_constants(variant.y.element) if variant.y.scaling == "block_e8m0" else {},
         ragged_rows_bound=hex(RAGGED_ROWS_BOUND),

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 from triton.runtime.errors import OutOfResources
-from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..codegen.render import ARG_PREFIX
 from ..devices import target
 from ..errors import SpecError, SpecTypeError, UnsupportedError
 from ..moe import checks as routing_checks
-from ..moe.gather import gather_rows_launch
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.layouts import SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
@@ -23,38 +19,13 @@ from ..numerics.scale_bounds import scales_at_most_2
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan, topk_split_k_plan
 from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 from . import launcher, loader, memory, plans, wgmma_hazards
-from .descriptors import ragged_rows_descriptor
-from .opt_flags import OptFlags, current_constraints, make_opt_flags, reduce_tile, row_tiles
+from .arguments import Call, MatmulInputs, ReduceInputs, cdiv, matmul_launch, reduce_launch
+from .opt_flags import current_constraints, make_opt_flags
 from .validation import (check_argument_types, check_devices, check_distinct_elements, check_routing, check_scales,
                          check_tensor, check_vector, named_tensors, operand_formats, persistent_blocker, reinterpret,
                          reject_unsupported, tma_blocker)
 
 _MAX_GRID_Y = 65535
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)  # triton.cdiv costs microseconds per call on the host in recent Triton releases
-
-
-# --------------------------------------------------------------------------------------------
-# The call
-# --------------------------------------------------------------------------------------------
-
-@dataclass
-class _Call:
-    """What every kernel of one call shares."""
-    x: torch.Tensor
-    w: torch.Tensor
-    batch: int          # batch entries (1 unless batched)
-    m: int              # rows of the matmul: x rows, or sorted rows in MoE mode
-    n: int
-    k: int
-    routing: RoutingData | None
-    gather_indx: object
-    scatter_indx: object
-    act: FusedActivation
-    epi: Epilogue
-    pc: PrecisionConfig
 
 
 @lru_cache(maxsize=1024)
@@ -64,25 +35,21 @@ def _variant(x_fmt, w_fmt, y_fmt, ragged, gather, scatter, bias, betas, gammas, 
                          gammas=gammas, y_acc_in=y_acc_in, activation=activation, epilogue=epilogue)
 
 
-def _fn_args(kind: str, specs, values) -> dict:
-    return {ARG_PREFIX[kind] + name: value for name, value in zip(specs.fn_arg_names, values)}
-
-
-def _launch_matmul(variant: KernelVariant, call: _Call, flags, out: torch.Tensor, **operands):
+def _launch_matmul(variant: KernelVariant, call: Call, flags, out: torch.Tensor, **operands):
     """One matmul kernel writing ``out``: (M, N) / (B, M, N) rows, or (S, B, M, N) fp32 partials.
 
     ``operands``: bias, betas, gammas, y_acc_in, out_alpha and optionally split_k. MX-weight binaries on Hopper
     are checked for ptxas's wgmma register hazard before their first launch; one that has it is replaced for
     good (that binary: the same flags may compile clean binaries for other calls) by :func:`_launch_hazard_free`.
     """
-    kernel, grid, args, options = _matmul_arguments(variant, call, flags, out, **operands)
+    kernel, grid, args, options = matmul_launch(MatmulInputs(variant, call, flags, out, **operands))
     if not (variant.w.scaling == "block_e8m0" and _has_wgmma(call.x)):
         plans.launch(kernel, grid, args, compiling=_compiling(flags), **options)
         return
     binary = launcher.binary_key(kernel, args, options)
     if (replacement := _REPLACED.get((flags, binary))) is not None:
         flags = replacement
-        kernel, grid, args, options = _matmul_arguments(variant, call, flags, out, **operands)
+        kernel, grid, args, options = matmul_launch(MatmulInputs(variant, call, flags, out, **operands))
     try:
         plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(flags),
                      **options)
@@ -100,7 +67,7 @@ def _compiling(flags):
     return wgmma_hazards.waiting_for_each_wgmma_compiles if flags.wait_mma else None
 
 
-def _launch_hazard_free(variant: KernelVariant, call: _Call, flags, binary: tuple, out: torch.Tensor, hazard,
+def _launch_hazard_free(variant: KernelVariant, call: Call, flags, binary: tuple, out: torch.Tensor, hazard,
                         **operands):
     """Run a call whose MX binary (``binary``: its ``launcher.binary_key``) has the wgmma register hazard on the
     first of the flags' fallback tiles whose binary is clean and fits, else on the same tile waiting for each
@@ -109,7 +76,7 @@ def _launch_hazard_free(variant: KernelVariant, call: _Call, flags, binary: tupl
     replacement = None
     for tile in flags.fallback_tiles:
         candidate = flags.fallback(tile)
-        kernel, grid, args, options = _matmul_arguments(variant, call, candidate, out, **operands)
+        kernel, grid, args, options = matmul_launch(MatmulInputs(variant, call, candidate, out, **operands))
         try:
             plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(candidate),
                          **options)
@@ -141,199 +108,15 @@ def forget_hazard_replacements() -> None:
     _REPLACED.clear()
 
 
-def _matmul_arguments(variant: KernelVariant, call: _Call, flags, out: torch.Tensor, *, bias, betas, gammas,
-                   y_acc_in, out_alpha, split_k: int = 1):
-    """(kernel, grid, arguments, options) of the matmul kernel for these flags."""
-    ragged = variant.ragged
-    if flags.persistent:
-        args, grid = _persistent_operand_args(variant, call, flags, out)
-    else:
-        args, grid = _tiled_operand_args(variant, call, flags, out, split_k)
-    args.update(out_alpha=1.0 if out_alpha is None else float(out_alpha), N=call.n, K=call.k,
-                BLOCK_M=flags.block_m, BLOCK_N=flags.block_n, BLOCK_K=flags.block_k, GROUP_M=flags.group_m,
-                OFFSETS_64=memory.needs_64bit_offsets(
-                    (call.x, (-1,)), (call.w, (-2, -1)), (out, (0, -1) if split_k > 1 else (-1,)), (y_acc_in, (-1,)),
-                    (call.pc.weight_scale, (-2, -1)), (call.pc.out_scale, (-1,))))
-    if not ragged:
-        args["M"] = call.m
-    if "YDesc" not in args:
-        args.update(Y=out, stride_y_m=out.stride(-2), stride_y_n=out.stride(-1))
-        if not ragged:
-            args["stride_y_b"] = out.stride(-3) if out.ndim >= 3 else 0
-    if variant.y.scaling == "flexpoint":
-        args.update(_flex_output_args(call.pc, ragged))
-    if variant.y.scaling == "block_e8m0":
-        args.update(_mx_output_args(call.pc, ragged))
-    if variant.scatter:
-        args["WriteBackIndx"] = call.scatter_indx.dst_indx
-    if variant.y_acc_in:
-        args.update(YAccIn=y_acc_in, stride_acc_m=y_acc_in.stride(-2), stride_acc_n=y_acc_in.stride(-1))
-        if not ragged:
-            args["stride_acc_b"] = y_acc_in.stride(0) if y_acc_in.ndim == 3 else 0
-    if variant.bias:
-        args.update(Bias=bias, stride_bias_b=bias.stride(0) if bias.ndim == 2 and bias.shape[0] > 1 else 0)
-    if variant.betas:
-        args["Betas"] = betas
-    if variant.gammas:
-        args["Gammas"] = gammas
-    if variant.activation:
-        args.update(ACTIVATION_FN=call.act.specs.fn, **_fn_args("activation", call.act.specs, call.act.fn_args))
-    if variant.epilogue:
-        args.update(EPILOGUE_FN=call.epi.specs.fn,
-                    **_fn_args("epilogue", call.epi.specs, call.epi.fn_arg_values_matmul))
-    kernel = loader.kernel_for(variant, persistent=flags.persistent)
-    return kernel, grid, args, launch_options(flags)
-
-
-def launch_options(flags: OptFlags) -> dict:
-    """Triton's compile options for these flags."""
-    options = dict(num_warps=flags.num_warps, num_stages=flags.num_stages)
-    if flags.maxnreg is not None:
-        options["maxnreg"] = flags.maxnreg
-    return options
-
-
 def _has_wgmma(x: torch.Tensor) -> bool:
     """Whether x's device runs Hopper's wgmma (sm_90), whose register operand the hazard check is about."""
     return x.is_cuda and target(x.device).wgmma
 
 
-def _tiled_operand_args(variant: KernelVariant, call: _Call, flags, out: torch.Tensor, split_k: int):
-    """Operand arguments and grid of the one-program-per-tile kernel: pointers and strides."""
-    x, w = call.x, call.w
-    # Hopper-layout words are (..., N slabs, K words): their K stride is the last.
-    stride_w_k, stride_w_n = (w.stride(-1), w.stride(-2)) if variant.w.layout == "hopper" else w.stride()[-2:]
-    args = dict(X=x, stride_x_m=x.stride(-2), stride_x_k=x.stride(-1),
-                W=w, stride_w_b=w.stride(0) if w.ndim == 3 else 0, stride_w_k=stride_w_k, stride_w_n=stride_w_n,
-                EVEN_K=call.k % flags.block_k == 0 and call.k > 0)
-    if variant.can_split_k:
-        args.update(split_k=split_k, stride_y_s=out.stride(0) if split_k > 1 else 0)
-    flex = call.pc.flex_ctx
-    if variant.w.scaling == "block_e8m0":
-        scale = call.pc.weight_scale
-        args.update(WMxScale=scale, stride_wmx_b=scale.stride(0) if scale.ndim == 3 else 0,
-                    stride_wmx_k=scale.stride(-2), stride_wmx_n=scale.stride(-1),
-                    WAIT_MMA=flags.wait_mma)
-        if variant.w.layout == "hopper":
-            args["W_SCALES_AT_MOST_2"] = scales_at_most_2(scale)
-    if variant.x.scaling == "flexpoint":
-        args["XScale"] = flex.lhs_data.scale
-    if variant.w.scaling == "flexpoint":
-        scale = flex.rhs_data.scale
-        args.update(WScale=scale, stride_wscale_b=1 if scale is not None and scale.numel() > 1 else 0)
-    if variant.x.bits == 8 and variant.w.scaling == "flexpoint":
-        args["MAX_NUM_IMPRECISE_ACC"] = call.pc.max_num_imprecise_acc
-    if variant.x.element == "fp32":
-        args["DOT_PRECISION"] = "tf32" if call.pc.allow_tf32 else "ieee"
-    if variant.ragged:
-        meta = call.routing.expt_data
-        n_tiles = row_tiles(call.m, flags.block_m, call.routing.n_expts_tot)
-        args.update(SliceSizes=meta.slice_sizes, SliceOffs=meta.slice_offs,
-                    BlockSchedule=meta.block_schedule(flags.block_m), n_row_tiles=n_tiles)
-        grid_m = n_tiles
-    else:
-        args.update(stride_x_b=x.stride(0) if x.ndim == 3 else 0)
-        grid_m = _cdiv(call.m, flags.block_m)
-    if variant.gather:
-        args.update(GatherIndx=call.gather_indx.src_indx, n_expts_act=call.routing.n_expts_act)
-    return args, (grid_m * _cdiv(call.n, flags.block_n), call.batch, split_k)
-
-
-def _persistent_operand_args(variant: KernelVariant, call: _Call, flags, out: torch.Tensor):
-    """Operand arguments and grid of the persistent kernel: TMA descriptors of x (ragged rows, or batch, rows,
-    K), w (experts or batch, K, N) and, where that kernel stores by TMA, of Y (as x) in half tiles; at most one
-    program per SM."""
-    x = _rows_in_sorted_order(call) if variant.gather else call.x
-    w = call.w
-    w3 = w if w.ndim == 3 else w.unsqueeze(0)
-    args = dict(WDesc=TensorDescriptor.from_tensor(w3, [1, flags.block_k, flags.block_n]))
-    y_block = [flags.block_m, flags.block_n // 2 // variant.reduction_n]  # the epilogue stores half tiles
-    if variant.ragged:
-        args["XDesc"] = ragged_rows_descriptor(x, flags.block_m, flags.block_k)
-        if variant.persistent_stores_y_by_tma:
-            # (a ragged call's y may carry a batch dimension of 1)
-            args["YDesc"] = ragged_rows_descriptor(out[0] if out.ndim == 3 else out, *y_block)
-        meta = call.routing.expt_data
-        n_expts = call.routing.n_expts_tot
-        args.update(SliceSizes=meta.slice_sizes, SliceOffs=meta.slice_offs, BlockOffs=meta.block_offs(flags.block_m),
-                    BlockSchedule=meta.block_schedule(flags.block_m), n_expts_tot=n_expts)
-        tiles = row_tiles(call.m, flags.block_m, n_expts)
-    else:
-        x3 = x if x.ndim == 3 else x.unsqueeze(0)
-        args["XDesc"] = TensorDescriptor.from_tensor(x3, [1, flags.block_m, flags.block_k])
-        if variant.persistent_stores_y_by_tma:
-            args["YDesc"] = TensorDescriptor.from_tensor(out if out.ndim == 3 else out.unsqueeze(0), [1, *y_block])
-        args["n_batches"] = call.batch
-        tiles = call.batch * _cdiv(call.m, flags.block_m)
-    tiles *= _cdiv(call.n, flags.block_n)
-    # One program per SM; the interpreter (CPU) gets three, so that its programs, too, loop over tiles.
-    n_programs = max(1, min(tiles, target(x.device).sm_count if x.is_cuda else 3))
-    args["n_programs"] = n_programs
-    return args, (n_programs, 1, 1)
-
-
-def _rows_in_sorted_order(call: _Call) -> torch.Tensor:
-    """The gather done ahead, for the persistent kernel: one copy of x's rows per gate (measured on the H200: the
-    persistent kernel's gain at large batches pays for it, docs/heuristics.md), into a buffer of the call's plan."""
-    gates, x = call.gather_indx.src_indx, call.x
-    out = plans.new_buffer((gates.numel(), x.shape[1]), x.dtype, x.device)
-    if (launch := gather_rows_launch(x, gates, call.routing.n_expts_act, out)) is not None:
-        kernel, grid, args, options = launch
-        plans.launch(kernel, (*grid, 1), args, **options)
-    return out
-
-
-def _flex_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
-    out = pc.flex_ctx.out_data
-    args = dict(YExpectedScale=out.expected_scale, YActualScale=out.actual_scale,
-                SATURATE_INF=pc.flexpoint_saturate_inf)
-    if not ragged:  # one scale per batch entry when there are several, else one for the tensor
-        per_batch = any(s is not None and s.numel() > 1 for s in (out.expected_scale, out.actual_scale))
-        args["stride_out_scale_b"] = 1 if per_batch else 0
-    return args
-
-
-def _mx_output_args(pc: PrecisionConfig, ragged: bool) -> dict:
-    scale = pc.out_scale
-    args = dict(YMxScale=scale, stride_ymx_m=scale.stride(-2), stride_ymx_n=scale.stride(-1))
-    if not ragged:
-        args["stride_ymx_b"] = scale.stride(0) if scale.ndim == 3 else 0
-    return args
-
-
-def _launch_reduce(variant: KernelVariant, call: _Call, parts: torch.Tensor, out: torch.Tensor, *, gammas,
-                   epilogue_values, scatter_src=None):
-    """Sum ``parts`` into ``out`` (B, M, N // reduction_n), applying what is left. Split K: ``parts`` (S, B, M, N)
-    summed over S. A scatter: ``parts`` the matmul's rows (sorted rows, N), or their split-K partials (split, sorted
-    rows, N); ``scatter_src`` (M * S) the sorted row of each token's S gates (-1: dropped)."""
-    batch, m = out.shape[0], out.shape[1]
-    n = parts.shape[-1]
-    block_m, block_n, num_warps = reduce_tile(n, variant.reduction_n)
-    args = dict(Y=out, stride_y_b=out.stride(0), stride_y_m=out.stride(1), stride_y_n=out.stride(2),
-                X=parts, stride_x_m=parts.stride(-2), stride_x_n=parts.stride(-1), M=m, N=n,
-                BLOCK_M=block_m, BLOCK_N=block_n,
-                OFFSETS_64=memory.needs_64bit_offsets((parts, (-1,)), (out, (-1,)), (call.pc.out_scale, (-1,))))
-    if variant.scatter:
-        split = parts.ndim == 3
-        args.update(ScatterSrcIndx=scatter_src, S=scatter_src.shape[0] // m, stride_x_s=parts.stride(0) if split else 0,
-                    split_k=parts.shape[0] if split else 1)
-    else:
-        ragged = call.routing is not None
-        args.update(stride_x_s=parts.stride(0), stride_x_b=parts.stride(1), S=parts.shape[0], RAGGED=ragged,
-                    SliceOffs=call.routing.expt_data.slice_offs if ragged else None,
-                    n_expts_tot=call.routing.n_expts_tot if ragged else 0)
-    if variant.gammas:
-        args["Gammas"] = gammas
-    if variant.y.scaling == "flexpoint":
-        args.update(_flex_output_args(call.pc, False))
-    if variant.y.scaling == "block_e8m0":
-        args.update(_mx_output_args(call.pc, False))
-    if variant.activation:
-        args.update(ACTIVATION_FN=call.act.specs.fn, **_fn_args("activation", call.act.specs, call.act.fn_args))
-    if variant.epilogue:
-        args.update(EPILOGUE_FN=call.epi.specs.fn, **_fn_args("epilogue", call.epi.specs, epilogue_values))
-    grid = (_cdiv(m, block_m) * _cdiv(n, block_n), batch, 1)
-    plans.launch(loader.kernel_for(variant), grid, args, num_warps=num_warps)
+def _launch_reduce(variant: KernelVariant, call: Call, parts: torch.Tensor, out: torch.Tensor, **operands):
+    """The reduce kernel summing ``parts`` into ``out`` (``arguments.ReduceInputs`` says what each holds)."""
+    kernel, grid, args, options = reduce_launch(ReduceInputs(variant, call, parts, out, **operands))
+    plans.launch(kernel, grid, args, **options)
 
 
 # Shared defaults (building them costs microseconds per call); matmul_ogs never mutates its arguments.
@@ -515,7 +298,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         if tuple(buffer.shape) not in shapes:
             raise SpecError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(buffer.shape)}")
     if y_fmt.scaling == "block_e8m0":
-        expected = out_shape[:-1] + (_cdiv(n_out, MX_BLOCK),)
+        expected = out_shape[:-1] + (cdiv(n_out, MX_BLOCK),)
         check_tensor(pc.out_scale, "precision_config.out_scale", dtype=torch.uint8)
         if tuple(pc.out_scale.shape) != expected:
             raise SpecError(f"precision_config.out_scale must hold one e8m0 byte per {MX_BLOCK} output columns: "
@@ -551,7 +334,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs)
-    call = _Call(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc)
+    call = Call(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc)
     n_expts = routing_data.n_expts_tot if ragged else None
     tokens_per_expt = 0
     if ragged:
@@ -587,13 +370,13 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         else:
             _launch_matmul(matmul_variant, call, flags, matmul_out, bias=bias, betas=betas, gammas=None,
                            y_acc_in=None, out_alpha=out_alpha, split_k=flags.split_k)
-            _launch_reduce(reduce_variant, call, matmul_out, _as_3d(y), gammas=gammas,
+            _launch_reduce(reduce_variant, call, matmul_out, y if y.ndim == 3 else y.unsqueeze(0), gammas=gammas,
                            epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul,
                            scatter_src=scatter_indx.src_indx if topk else None)
     return y
 
 
-def _matmul_output(variant: KernelVariant, call: _Call, flags, topk: bool, y: torch.Tensor,
+def _matmul_output(variant: KernelVariant, call: Call, flags, topk: bool, y: torch.Tensor,
                    n_out: int) -> tuple[KernelVariant, KernelVariant | None, torch.Tensor]:
     """(matmul variant, reduce variant or None, the matmul's output) of a call: y itself, or a buffer for the reduce
     to sum: a top-k scatter's rows in sorted order (scratch in the output dtype, or fp32 split-K partials
@@ -610,7 +393,3 @@ def _matmul_output(variant: KernelVariant, call: _Call, flags, topk: bool, y: to
         partials = plans.new_buffer((flags.split_k, call.batch, m, n), torch.float32, device)
         return matmul_variant, reduce_variant, partials
     return variant, None, y
-
-
-def _as_3d(t: torch.Tensor) -> torch.Tensor:
-    return t if t.ndim == 3 else t.unsqueeze(0)

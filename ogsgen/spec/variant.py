@@ -112,6 +112,11 @@ class KernelVariant:
         return (self.family == "matmul" and self.y == FP32 and not self.scatter and not self.y_acc_in
                 and not self.gammas and self.activation is None and self.epilogue is None)
 
+    @property
+    def fp8_dot(self) -> bool:
+        """Whether the dot multiplies fp8 x by fp8 w as they are (both flexpoint-scaled), not upcast."""
+        return self.x.bits == 8 and self.w.bits == 8 and self.w.scaling == "flexpoint"
+
     @cached_property  # read on every matmul_ogs call
     def has_persistent_kernel(self) -> bool:
         """Whether the variant also has a persistent kernel fed by TMA (``<name>_persistent``, for Hopper and

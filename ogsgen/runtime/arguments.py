@@ -1,0 +1,167 @@
+"""A launch's arguments: the value of each parameter that ``ogsgen.spec.kernel_abi`` declares for the kernel,
+computed from the call's checked inputs, the launch's flags and output, and what the runtime derives from them
+(TMA descriptors, tile schedules, program counts)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ..devices import target
+from ..moe.gather import gather_rows_launch
+from ..numerics.scale_bounds import scales_at_most_2
+from ..spec import kernel_abi
+from ..spec.variant import KernelVariant
+from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
+from . import loader, memory, plans
+from .descriptors import ragged_rows_descriptor
+from .opt_flags import OptFlags, reduce_tile, row_tiles
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)  # triton.cdiv costs microseconds per call on the host in recent Triton releases
+
+
+@dataclass
+class Call:
+    """What every kernel of one call shares."""
+    x: torch.Tensor
+    w: torch.Tensor
+    batch: int          # batch entries (1 unless batched)
+    m: int              # rows of the matmul: x rows, or sorted rows in MoE mode
+    n: int
+    k: int
+    routing: RoutingData | None
+    gather_indx: object
+    scatter_indx: object
+    act: FusedActivation
+    epi: Epilogue
+    pc: PrecisionConfig
+
+
+class MatmulInputs:
+    """What the matmul kernels' argument values are computed from. ``out``: the tensor the kernel writes, (M, N) /
+    (B, M, N) rows or (S, B, M, N) fp32 split-K partials."""
+
+    def __init__(self, variant: KernelVariant, call: Call, flags: OptFlags, out: torch.Tensor, *, bias, betas, gammas,
+                 y_acc_in, out_alpha, split_k: int = 1):
+        self.variant, self.call, self.flags, self.out = variant, call, flags, out
+        self.bias, self.betas, self.gammas, self.y_acc_in = bias, betas, gammas, y_acc_in
+        self.out_alpha, self.split_k = out_alpha, split_k
+
+    @property
+    def epilogue_values(self) -> tuple:
+        return self.call.epi.fn_arg_values_matmul
+
+    @cached_property
+    def offsets_64(self) -> bool:
+        call = self.call
+        return memory.needs_64bit_offsets(
+            (call.x, (-1,)), (call.w, (-2, -1)), (self.out, (0, -1) if self.split_k > 1 else (-1,)),
+            (self.y_acc_in, (-1,)), (call.pc.weight_scale, (-2, -1)), (call.pc.out_scale, (-1,)))
+
+    @property
+    def w_scales_at_most_2(self) -> bool:
+        return scales_at_most_2(self.call.pc.weight_scale)
+
+    @cached_property
+    def n_row_tiles(self) -> int:
+        """Row tiles of a ragged call: at most this many entries of the block schedule are used."""
+        return row_tiles(self.call.m, self.flags.block_m, self.call.routing.n_expts_tot)
+
+    def tiled_grid(self) -> tuple[int, int, int]:
+        grid_m = self.n_row_tiles if self.variant.ragged else cdiv(self.call.m, self.flags.block_m)
+        return grid_m * cdiv(self.call.n, self.flags.block_n), self.call.batch, self.split_k
+
+    # The persistent kernel's TMA descriptors: x (ragged rows, or batch, rows, K), w (experts or batch, K, N) and,
+    # where that kernel stores by TMA, Y (as x) in half tiles.
+
+    @cached_property
+    def x_desc(self) -> TensorDescriptor:
+        x = self._rows_in_sorted_order() if self.variant.gather else self.call.x
+        if self.variant.ragged:
+            return ragged_rows_descriptor(x, self.flags.block_m, self.flags.block_k)
+        return TensorDescriptor.from_tensor(_as_3d(x), [1, self.flags.block_m, self.flags.block_k])
+
+    @property
+    def w_desc(self) -> TensorDescriptor:
+        return TensorDescriptor.from_tensor(_as_3d(self.call.w), [1, self.flags.block_k, self.flags.block_n])
+
+    @property
+    def y_desc(self) -> TensorDescriptor:
+        block = [self.flags.block_m, self.flags.block_n // 2 // self.variant.reduction_n]  # the epilogue's half tiles
+        if self.variant.ragged:  # (a ragged call's y may carry a batch dimension of 1)
+            return ragged_rows_descriptor(self.out[0] if self.out.ndim == 3 else self.out, *block)
+        return TensorDescriptor.from_tensor(_as_3d(self.out), [1, *block])
+
+    @cached_property
+    def n_programs(self) -> int:
+        """One program per SM; the interpreter (CPU) gets three, so that its programs, too, loop over tiles."""
+        call = self.call
+        row_tiles_ = self.n_row_tiles if self.variant.ragged else call.batch * cdiv(call.m, self.flags.block_m)
+        tiles = row_tiles_ * cdiv(call.n, self.flags.block_n)
+        return max(1, min(tiles, target(call.x.device).sm_count if call.x.is_cuda else 3))
+
+    def _rows_in_sorted_order(self) -> torch.Tensor:
+        """The gather done ahead, for the persistent kernel: one copy of x's rows per gate (measured on the H200:
+        the persistent kernel's gain at large batches pays for it, docs/heuristics.md), into a buffer of the call's
+        plan."""
+        call = self.call
+        gates, x = call.gather_indx.src_indx, call.x
+        out = plans.new_buffer((gates.numel(), x.shape[1]), x.dtype, x.device)
+        if (launch := gather_rows_launch(x, gates, call.routing.n_expts_act, out)) is not None:
+            kernel, grid, args, options = launch
+            plans.launch(kernel, (*grid, 1), args, **options)
+        return out
+
+
+class ReduceInputs:
+    """What the reduce kernel's argument values are computed from: ``parts`` summed into ``out`` (B, M, N //
+    reduction_n). Split K: ``parts`` (S, B, M, N). A scatter: ``parts`` the matmul's rows (sorted rows, N), or their
+    split-K partials (split, sorted rows, N); ``scatter_src`` (M * S) the sorted row of each token's S gates (-1:
+    dropped)."""
+
+    def __init__(self, variant: KernelVariant, call: Call, parts: torch.Tensor, out: torch.Tensor, *, gammas,
+                 epilogue_values: tuple, scatter_src=None):
+        self.variant, self.call, self.parts, self.out = variant, call, parts, out
+        self.gammas, self.epilogue_values, self.scatter_src = gammas, epilogue_values, scatter_src
+        self.m, self.n = out.shape[1], parts.shape[-1]
+        self.block_m, self.block_n, self.num_warps = reduce_tile(self.n, variant.reduction_n)
+        self.offsets_64 = memory.needs_64bit_offsets((parts, (-1,)), (out, (-1,)), (call.pc.out_scale, (-1,)))
+
+    def grid(self) -> tuple[int, int, int]:
+        return cdiv(self.m, self.block_m) * cdiv(self.n, self.block_n), self.out.shape[0], 1
+
+
+def kernel_arguments(variant: KernelVariant, kernel: str, inputs) -> dict:
+    """The launch arguments of ``variant``'s ``kernel``: each declared parameter's value, by name."""
+    return {p.name: p.value(inputs) for p in kernel_abi.parameters(variant, kernel)}
+
+
+def matmul_launch(inputs: MatmulInputs) -> tuple:
+    """(kernel, grid, arguments, options) of the matmul kernel for the inputs' flags."""
+    variant, flags = inputs.variant, inputs.flags
+    kernel = "persistent" if flags.persistent else "tiled"
+    args = kernel_arguments(variant, kernel, inputs)
+    grid = (inputs.n_programs, 1, 1) if flags.persistent else inputs.tiled_grid()
+    return loader.kernel_for(variant, persistent=flags.persistent), grid, args, launch_options(flags)
+
+
+def reduce_launch(inputs: ReduceInputs) -> tuple:
+    """(kernel, grid, arguments, options) of the reduce kernel."""
+    args = kernel_arguments(inputs.variant, "reduce", inputs)
+    return loader.kernel_for(inputs.variant), inputs.grid(), args, dict(num_warps=inputs.num_warps)
+
+
+def launch_options(flags: OptFlags) -> dict:
+    """Triton's compile options for these flags."""
+    options = dict(num_warps=flags.num_warps, num_stages=flags.num_stages)
+    if flags.maxnreg is not None:
+        options["maxnreg"] = flags.maxnreg
+    return options
+
+
+def _as_3d(t: torch.Tensor) -> torch.Tensor:
+    return t if t.ndim == 3 else t.unsqueeze(0)
