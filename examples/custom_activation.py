@@ -32,8 +32,8 @@ VARIANTS = [KernelVariant(fmt, fmt, fmt, bias=True, activation=relu_squared) for
 if __name__ == "__main__":
     ogsgen.add_search_path(sys.argv[1] if len(sys.argv) > 1 else "my_kernels")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    x = torch.randn(100, 256, device=device, dtype=torch.float16)
-    w = torch.randn(256, 192, device=device, dtype=torch.float16) / 16
+    x = torch.randn(100, 256, device=device, dtype=torch.bfloat16)
+    w = torch.randn(256, 192, device=device, dtype=torch.bfloat16) / 16
     bias = torch.randn(192, device=device)
     act = ogsgen.FusedActivation(relu_squared, (0.5,))
     y = ogsgen.matmul_ogs(x, w, bias, fused_activation=act)

@@ -46,7 +46,7 @@ def main():
     parser.add_argument("--experts", type=int, default=128 if on_gpu else 8)
     parser.add_argument("--top-k", type=int, default=4 if on_gpu else 2)
     args = parser.parse_args()
-    device, dtype = ("cuda" if on_gpu else "cpu"), (torch.bfloat16 if on_gpu else torch.float16)
+    device, dtype = ("cuda" if on_gpu else "cpu"), torch.bfloat16
     torch.manual_seed(0)
     t, h, i, e = args.tokens, args.hidden, args.intermediate, args.experts
     x = torch.randn(t, h, device=device).to(dtype)

@@ -1,21 +1,41 @@
-"""ogsgen: a code-generating kernel specialization compiler for MoE matmul (matmul_ogs)."""
+"""ogsgen: a code-generating kernel specialization compiler for MoE matmul (matmul_ogs).
+
+The public names below load their modules (torch, Triton) on first use, so that ``import ogsgen`` itself, the
+command line's ``--help`` and ``--version`` and the pytest plugin cost no torch import.
+"""
+import importlib
+
 from ._version import __version__
 from .errors import (BuildFolderError, CatalogError, InapplicableConstraint, InapplicableConstraintError, OgsgenError,
                      SpecError, SpecTypeError, StaleKernelError, UnsupportedError, VariantNotBuiltError)
-from .spec import FnSpecs, KernelVariant, canonical_name, register_activation, register_epilogue, unregister
-from .builtins import swiglu, swiglu_torch  # importing registers the built-in functions
-from .moe import prepare_expert_weights, routing, routing_from_topk
-from .numerics import SwizzledMxValues, bound_mx_scales, swizzle_mx_values, unswizzle_mx_values
-from .runtime import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OptFlags, OutFlexData,
-                      PrecisionConfig, RoutingData, ScatterIndx, add_search_path, matmul_ogs, matmul_ogs_torch,
-                      opt_flags_constraints, set_on_demand)
+
+_LAZY = {
+    ".spec": ("FnSpecs", "KernelVariant", "canonical_name", "register_activation", "register_epilogue", "unregister"),
+    ".builtins": ("swiglu", "swiglu_torch"),
+    ".moe": ("prepare_expert_weights", "routing", "routing_from_topk"),
+    ".numerics": ("SwizzledMxValues", "bound_mx_scales", "swizzle_mx_values", "unswizzle_mx_values"),
+    ".runtime": ("Epilogue", "FlexCtx", "FusedActivation", "GatherIndx", "InFlexData", "OptFlags", "OutFlexData",
+                 "PrecisionConfig", "RoutingData", "ScatterIndx", "add_search_path", "matmul_ogs", "matmul_ogs_torch",
+                 "opt_flags_constraints", "set_on_demand"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "__version__", "BuildFolderError", "CatalogError", "InapplicableConstraint", "InapplicableConstraintError",
-    "OgsgenError", "SpecError", "SpecTypeError", "StaleKernelError", "UnsupportedError", "VariantNotBuiltError", "FnSpecs", "KernelVariant", "canonical_name",
-    "register_activation", "register_epilogue", "unregister", "swiglu", "swiglu_torch", "Epilogue", "FlexCtx",
-    "FusedActivation", "GatherIndx", "InFlexData", "OptFlags", "OutFlexData", "PrecisionConfig", "RoutingData",
-    "ScatterIndx", "add_search_path", "matmul_ogs", "matmul_ogs_torch", "opt_flags_constraints", "set_on_demand",
-    "routing", "routing_from_topk", "prepare_expert_weights", "SwizzledMxValues", "bound_mx_scales", "swizzle_mx_values",
-    "unswizzle_mx_values",
+    "OgsgenError", "SpecError", "SpecTypeError", "StaleKernelError", "UnsupportedError", "VariantNotBuiltError",
+    *_MODULE_OF,
 ]
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ogsgen' has no attribute {name!r}")
+    importlib.import_module(".builtins", __name__)  # registers the built-in functions that catalogs name
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULE_OF))

@@ -6,16 +6,15 @@ import os
 import sys
 from pathlib import Path
 
-from ._resources import data_dir
 from ._version import __version__
-from .codegen.build import build, check, select
-from .codegen.render import render_variant
-from .errors import OgsgenError
-from .spec.catalog import default_catalog, load_catalog_file
-from .spec.variant import canonical_name
+from .errors import OgsgenError, did_you_mean
+
+# The commands import the compiler (and with it torch) when they run: --help and --version stay instant.
 
 
 def _catalog(args):
+    from .spec.catalog import default_catalog, load_catalog_file
+
     return load_catalog_file(args.spec) if args.spec else default_catalog()
 
 
@@ -38,6 +37,9 @@ def _progress_bar(done: int, total: int, name: str) -> None:
 
 
 def _cmd_build(args) -> int:
+    from ._resources import data_dir
+    from .codegen.build import build, check, select
+
     if args.spec and not args.out:
         raise OgsgenError("--spec needs --out DIR: user kernels go to a folder of your own, not into the package")
     catalog = _catalog(args)
@@ -55,35 +57,45 @@ def _cmd_build(args) -> int:
         return 0
     report = build(catalog, out, args.only, dry_run=args.dry_run, progress=_progress)
     verb = "would write" if args.dry_run else "wrote"
-    for name in report.written:
-        print(f"{verb} {out / name}")
-    for name in report.removed:
-        print(f"{'would remove' if args.dry_run else 'removed'} {out / name}")
+    if not args.quiet:
+        for name in report.written:
+            print(f"{verb} {out / name}")
+        for name in report.removed:
+            print(f"{'would remove' if args.dry_run else 'removed'} {out / name}")
     print(f"{catalog.name}: {verb} {len(report.written)} file(s), {len(report.unchanged)} unchanged, "
           f"{len(report.removed)} removed, in {out}")
     return 0
 
 
 def _cmd_list(args) -> int:
+    from .codegen.build import select
+    from .spec.variant import canonical_name
+
     for variant in select(_catalog(args), args.only):
         print(canonical_name(variant))
     return 0
 
 
 def _cmd_show(args) -> int:
+    from .codegen.render import render_variant
+
     catalog = _catalog(args)
     variants = catalog.by_name()
     if args.name not in variants:
-        raise OgsgenError(f"show: no variant named {args.name!r} in catalog {catalog.name}; `ogsgen list` shows them")
+        hint = "" if args.spec else " (a variant of your own catalog: add --spec FILE)"
+        raise OgsgenError(f"show: no variant named {args.name!r} in catalog {catalog.name}"
+                          f"{did_you_mean(args.name, variants)}{hint}; `ogsgen list` shows them")
     sys.stdout.write(render_variant(variants[args.name], catalog.name).source)
     return 0
 
 
 def _cmd_warmup(args) -> int:
+    from .codegen.build import select
     from .runtime.warmup import warmup
+    from .spec.variant import canonical_name
 
-    if args.path:  # the worker processes find user-built kernels through the environment
-        os.environ["OGSGEN_PATH"] = os.pathsep.join([str(Path(args.path).resolve()),
+    if args.out:  # the worker processes find user-built kernels through the environment
+        os.environ["OGSGEN_PATH"] = os.pathsep.join([str(Path(args.out).resolve()),
                                                      *filter(None, [os.environ.get("OGSGEN_PATH")])])
     names = [canonical_name(v) for v in select(_catalog(args), args.only)]
     report = warmup(args.spec, names, jobs=args.jobs, progress=_progress_bar)
@@ -111,6 +123,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--check", action="store_true", help="render in memory; exit 1 naming stale, missing and "
                                                          "extra files")
     b.add_argument("--dry-run", action="store_true", help="report what would be written, write nothing")
+    b.add_argument("-q", "--quiet", action="store_true", help="print only the summary line, not each file")
     b.set_defaults(run=_cmd_build)
     ls = sub.add_parser("list", help="list the canonical names of a catalog's variants")
     add_catalog_args(ls)
@@ -122,7 +135,9 @@ def parser() -> argparse.ArgumentParser:
     w = sub.add_parser("warmup", help="compile the built variants for this GPU into Triton's cache, so that a "
                                       "later process's first calls compile nothing")
     add_catalog_args(w)
-    w.add_argument("--path", metavar="DIR", help="the folder the --spec catalog was built into (ogsgen build --out)")
+    w.add_argument("--out", "--path", metavar="DIR", dest="out",
+                   help="the folder the --spec catalog was built into (ogsgen build --out DIR); --path is its old "
+                        "name, still accepted")
     w.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compiler processes")
     w.set_defaults(run=_cmd_warmup)
     return p

@@ -39,3 +39,11 @@ class InapplicableConstraintError(OgsgenError, ValueError):
 
 
 InapplicableConstraint = InapplicableConstraintError  # triton_kernels' name, which callers of the mirrored API catch
+
+
+def did_you_mean(name: str, candidates) -> str:
+    """``"; did you mean A or B?"`` naming the candidates closest to a misspelt ``name``, or ``""``."""
+    import difflib  # only on the error path
+
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""

@@ -1,5 +1,5 @@
-"""Test set-up: without a GPU, kernels run through Triton's CPU interpreter (with its known defects
-patched, see interpreter_fixes.py); with one, the same tests run on the GPU."""
+"""Test set-up: without a GPU, kernels run through Triton's CPU interpreter (with its known defects corrected,
+ogsgen.numerics.interpreter); with one, the same tests run on the GPU."""
 import os
 import zlib
 
@@ -11,9 +11,10 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 if os.environ.get("TRITON_INTERPRET") == "1":
-    from interpreter_fixes import install
+    # ogsgen's pytest plugin has done this where ogsgen is installed; a checkout on PYTHONPATH has no plugin.
+    from ogsgen.testing import install_interpreter_fixes
 
-    install()
+    install_interpreter_fixes()
 
 
 def pytest_collection_modifyitems(config, items):

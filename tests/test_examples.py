@@ -38,3 +38,13 @@ def test_moe_layer_example(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "MoE layer matches torch" in result.stdout
+
+
+def test_custom_epilogue_example(tmp_path):
+    out = tmp_path / "my_epilogue_kernels"
+    subprocess.run([sys.executable, "-m", "ogsgen", "build", "-q", "--spec", str(EXAMPLES / "custom_epilogue.py"),
+                    "--out", str(out)], check=True, env=_env(), cwd=tmp_path)
+    result = subprocess.run([sys.executable, str(EXAMPLES / "custom_epilogue.py"), str(out)], env=_env(),
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "matches torch (dense and top-2 MoE)" in result.stdout

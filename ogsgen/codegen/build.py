@@ -19,7 +19,7 @@ from typing import Callable
 from filelock import FileLock
 
 from .._version import __version__
-from ..errors import BuildFolderError, SpecError
+from ..errors import BuildFolderError, SpecError, did_you_mean
 from ..spec.catalog import Catalog
 from .render import RenderedKernel, render_variant
 
@@ -38,7 +38,7 @@ def select(catalog: Catalog, only: str | None):
         return list(variants.values())
     chosen = [v for name, v in variants.items() if fnmatch.fnmatchcase(name, only)]
     if not chosen:
-        raise SpecError(f"--only {only!r} matches no variant of catalog {catalog.name}; "
+        raise SpecError(f"--only {only!r} matches no variant of catalog {catalog.name}{did_you_mean(only, variants)}; "
                         f"`ogsgen list` shows the names")
     return chosen
 

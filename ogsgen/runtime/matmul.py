@@ -13,6 +13,7 @@ from ..devices import target
 from ..errors import SpecError, SpecTypeError, UnsupportedError
 from ..moe import checks as routing_checks
 from ..moe.metadata import make_ragged_tensor_metadata
+from ..numerics import interpreter
 from ..numerics.layouts import SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..numerics.scale_bounds import scales_at_most_2
@@ -335,6 +336,8 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs)
     call = Call(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc)
+    if not x.is_cuda:  # Triton's interpreter: corrected, so that it computes what the GPU does
+        interpreter.prepare((x_fmt.element, w_fmt.element, y_fmt.element))
     n_expts = routing_data.n_expts_tot if ragged else None
     tokens_per_expt = 0
     if ragged:

@@ -1,5 +1,16 @@
-"""Numeric comparison used by the tests, and offered to users testing their own functions."""
+"""For users' own tests of kernels and functions: a numeric comparison, and the corrections of Triton's CPU
+interpreter (``ogsgen.numerics.interpreter`` lists them) that make the CPU compute what the GPU does.
+
+ogsgen corrects the interpreter before its first interpreted launch; the pytest plugin this package registers
+(``ogsgen.pytest_plugin``) corrects it when a pytest session starts with TRITON_INTERPRET=1, so a test of a
+user's own Triton kernel in bf16 is right too. Outside pytest, call :func:`install_interpreter_fixes` first.
+"""
 import torch
+
+from ..numerics.interpreter import install as install_interpreter_fixes
+from ..numerics.interpreter import installed as interpreter_fixes_installed
+
+__all__ = ["assert_close", "install_interpreter_fixes", "interpreter_fixes_installed"]
 
 
 def assert_close(ref: torch.Tensor, actual: torch.Tensor, maxtol: float = 2e-2, rmstol: float = 4e-3,

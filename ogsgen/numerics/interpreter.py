@@ -1,31 +1,40 @@
-"""Work around known defects of Triton's CPU interpreter (TRITON_INTERPRET=1) in the test harness.
+"""Corrections of Triton's CPU interpreter (TRITON_INTERPRET=1), so that kernels compute there what they compute
+on the GPU.
 
-The generated kernels are the same ones that run on the GPU; only the interpreter's emulation of
-two operations is corrected here (users_ecosystem.md §4 lists the defects, in every release
-3.3-3.9):
+In every Triton release from 3.3 to 3.9 the interpreter emulates these operations wrongly, without an error:
 
-* ``tl.dot`` with bf16 operands multiplies the raw uint16 storage: upcast bf16 to fp32 first,
-  as the GPU's MMA does;
-* fp32 -> bf16 casts truncate: round to nearest even, as the GPU does;
-* fp32 -> fp8 casts lose the carry of a round-up: round to nearest even and saturate to the
-  largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
-* inline PTX cannot run at all: ogsgen's PTX blocks run by their definitions, in numpy: the packed
-  e2m1 -> bf16 upcasts (bytes elementwise, hopper-layout words by their bit map; their PTX itself is
-  checked on the GPU by test_formats.py's every-code tests, and instruction by instruction on the CPU by
-  test_ptx_upcast.py), and the waiting kernels' marker as nothing (it only instructs ogsgen's compile).
-  Helpers with an sm_90-only PTX path (cuda_capability_geq) take their portable path here.
+* ``tl.dot`` with bf16 operands multiplies the raw uint16 storage (results off by ~1e10): bf16 is upcast to fp32
+  first, as the GPU's MMA does;
+* fp32 -> bf16 casts truncate: they round to nearest even, as the GPU does;
+* fp32 -> fp8 casts lose the carry of a round-up (1.97 -> 1.0 in e4m3): they round to nearest even and saturate
+  to the largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
+* inline PTX does not run at all: ogsgen's own PTX blocks run by their definitions, in numpy (the packed e2m1 ->
+  bf16 upcasts, bytes elementwise and hopper-layout words by their bit map; and the waiting kernels' marker, which
+  only instructs ogsgen's compile, as nothing). Other inline assembly still raises NotImplementedError.
+
+Not corrected: libdevice (``extern_elementwise``) functions raise NotImplementedError, and bf16 arithmetic with a
+Python scalar fails or gives NaN; a function to be tested on the CPU should compute in fp32.
+
+ogsgen installs the corrections before its first interpreted launch (``OGSGEN_INTERPRETER_FIXES=0`` keeps the
+interpreter as it is, with a warning when a kernel of a format it gets wrong runs); ``ogsgen.testing``'s pytest
+plugin installs them when a session starts under the interpreter, so that a user's own kernels are corrected too.
 """
+import os
+import warnings
+
 import numpy as np
 import torch
 import triton.language as tl
 from triton.runtime import interpreter
 
-from ogsgen.numerics.jit import (E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E2M1_WORD_TO_BF16_SMALL_SCALES,
-                                 REQUEST_WGMMA_WAITS)
-from ogsgen.numerics.layouts import WORD_BITS
-from ogsgen.numerics.mx import decode_e2m1
+from ..spec.formats import ELEMENTS, FP8_ELEMENTS
+from .jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E2M1_WORD_TO_BF16_SMALL_SCALES, REQUEST_WGMMA_WAITS
+from .layouts import WORD_BITS
+from .mx import decode_e2m1
 
-_FP8 = {tl.float8e4nv: (torch.float8_e4m3fn, 448.0), tl.float8e5: (torch.float8_e5m2, 57344.0)}
+# Triton's fp8 types -> (torch dtype, largest finite value)
+_FP8 = {getattr(tl, e.tl_dtype.removeprefix("tl.")): (e.torch_dtype, e.max_finite)
+        for e in (ELEMENTS[name] for name in FP8_ELEMENTS)}
 
 
 def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -88,10 +97,15 @@ _PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16, E2M1_WORD_T
                     REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
 
 
+def installed() -> bool:
+    return getattr(interpreter.InterpreterBuilder, "_ogsgen_fixed", False)
+
+
 def install() -> None:
-    builder = interpreter.InterpreterBuilder
-    if getattr(builder, "_ogsgen_fixed", False):
+    """Correct Triton's interpreter in this process (idempotent; it stays corrected)."""
+    if installed():
         return
+    builder = interpreter.InterpreterBuilder
     original_dot, original_cast, original_fp_to_fp = builder.create_dot, builder.cast_impl, builder.create_fp_to_fp
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
@@ -128,3 +142,22 @@ def install() -> None:
     builder.create_dot, builder.cast_impl, builder.create_fp_to_fp = create_dot, cast_impl, create_fp_to_fp
     builder.create_inline_asm = create_inline_asm
     builder._ogsgen_fixed = True
+
+
+# Elements whose kernels the uncorrected interpreter computes wrongly (bf16 dots and casts, fp8 casts, e2m1 PTX).
+_MISREAD_ELEMENTS = frozenset({"bf16", "e2m1", *FP8_ELEMENTS})
+_warned = False
+
+
+def prepare(elements) -> None:
+    """Before ogsgen launches kernels of these elements under the interpreter: install the corrections, unless
+    OGSGEN_INTERPRETER_FIXES=0, in which case warn once when the elements are ones the interpreter gets wrong."""
+    global _warned
+    if os.environ.get("OGSGEN_INTERPRETER_FIXES", "1") != "0":
+        install()
+    elif not installed() and not _warned and _MISREAD_ELEMENTS.intersection(elements):
+        _warned = True
+        warnings.warn("ogsgen: Triton's interpreter computes bf16 dots, fp32->bf16/fp8 casts and inline PTX wrongly, "
+                      "and OGSGEN_INTERPRETER_FIXES=0 keeps it uncorrected: results of bf16, fp8 and mxfp4 kernels on "
+                      "the CPU will be wrong. Unset it, or call ogsgen.testing.install_interpreter_fixes().",
+                      RuntimeWarning, stacklevel=4)

@@ -1,0 +1,93 @@
+"""Triton's CPU interpreter, corrected: ogsgen's own calls, a user's script and a user's pytest session compute on
+the CPU what the GPU computes (bf16 dots, fp32 -> bf16 rounding), and an uncorrected interpreter is never silent."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU interpreter's behaviour")
+
+# A fresh process (no test harness): a plain bf16 matmul, then one with a bf16 output of a rounding-sensitive value.
+USER_SCRIPT = textwrap.dedent("""
+    import torch, ogsgen
+    from ogsgen.testing import assert_close
+    x = torch.randn(64, 96, dtype=torch.bfloat16)
+    w = torch.randn(96, 80, dtype=torch.bfloat16)
+    y = ogsgen.matmul_ogs(x, w, None)
+    ref = (x.float() @ w.float()).bfloat16()
+    assert_close(ref, y, maxtol=1e-2, rmstol=1e-3)
+    y = ogsgen.matmul_ogs(x, w, None)  # the replayed plan, too
+    assert_close(ref, y, maxtol=1e-2, rmstol=1e-3)
+    print("rounded like torch:", (y == ref).float().mean().item())
+""")
+
+
+def _python(code: str, cwd, **env):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", **env})
+
+
+def test_a_users_bf16_script_is_correct_on_the_cpu(tmp_path):
+    result = _python(USER_SCRIPT, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert float(result.stdout.split(":")[-1]) > 0.99  # ties and fp32 summation order aside, torch's rounding
+    assert "RuntimeWarning" not in result.stderr
+
+
+def test_an_uncorrected_interpreter_warns_once(tmp_path):
+    script = textwrap.dedent("""
+        import torch, ogsgen
+        for rows in (64, 32):  # two signatures: two checked calls, one warning
+            x, w = torch.randn(rows, 96, dtype=torch.bfloat16), torch.randn(96, 80, dtype=torch.bfloat16)
+            y = ogsgen.matmul_ogs(x, w, None)
+            print((y.float() - x.float() @ w.float()).abs().max().item())
+    """)
+    result = _python(script, tmp_path, OGSGEN_INTERPRETER_FIXES="0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert max(float(v) for v in result.stdout.split()) > 1e3  # the uncorrected results are wrong...
+    assert result.stderr.count("OGSGEN_INTERPRETER_FIXES=0 keeps it uncorrected") == 1, result.stderr  # ...and said
+
+
+# A user's own kernel, tested with pytest: the plugin corrects the interpreter before the test runs.
+USER_TEST = textwrap.dedent("""
+    import torch, triton, triton.language as tl
+
+    @triton.jit
+    def bf16_matmul(X, W, Y, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+        m, n, k = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+        x = tl.load(X + m[:, None] * K + k[None, :])
+        w = tl.load(W + k[:, None] * N + n[None, :])
+        tl.store(Y + m[:, None] * N + n[None, :], tl.dot(x, w).to(tl.bfloat16))
+
+    def test_my_kernel():
+        x, w = torch.randn(16, 32).bfloat16(), torch.randn(32, 16).bfloat16()
+        y = torch.empty(16, 16, dtype=torch.bfloat16)
+        bf16_matmul[(1,)](x, w, y, 16, 16, 32)
+        ref = (x.float() @ w.float()).bfloat16()
+        assert (y.float() - ref.float()).abs().max() <= 0.02 * ref.float().abs().max()
+""")
+
+
+def test_the_pytest_plugin_corrects_a_users_own_kernel(tmp_path):
+    (tmp_path / "test_user_kernel.py").write_text(USER_TEST)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user_kernel.py"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    installed = subprocess.run([*command, "-p", "ogsgen.pytest_plugin"] if not _plugin_registered() else command,
+                               capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert installed.returncode == 0, installed.stdout[-3000:]
+
+
+def _plugin_registered() -> bool:
+    from importlib.metadata import entry_points
+    return any(ep.value == "ogsgen.pytest_plugin" for ep in entry_points(group="pytest11"))
+
+
+def test_the_plugin_is_declared_as_a_pytest_entry_point():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '[project.entry-points.pytest11]\nogsgen = "ogsgen.pytest_plugin"' in text
