@@ -81,22 +81,30 @@ class PrecisionConfig:
     enforce_bitwise_invariance: bool = False
 
 
-def _check_fn_args(kind: str, specs: FnSpecs, values: tuple, argument: str) -> None:
+def _describe(value) -> str:
+    """A function argument's value in an error message: a tensor by its shape and dtype, not its elements."""
+    if isinstance(value, torch.Tensor):
+        return f"tensor(shape={tuple(value.shape)}, dtype={value.dtype})"
+    return repr(value)
+
+
+def _check_fn_args(kind: str, specs: FnSpecs, values: tuple, owner: str, field: str) -> None:
     if not isinstance(specs, FnSpecs):
-        raise SpecError(f"{argument}: specs must be an FnSpecs (from ogsgen.register_{kind}), "
+        raise SpecError(f"{owner}.specs must be an FnSpecs (what ogsgen.register_{kind} returns), "
                         f"got {type(specs).__name__}")
     if specs.is_default:
         if values:
-            raise SpecError(f"{argument} has values {values!r} but no function")
+            raise SpecError(f"{owner}.{field} has values ({', '.join(map(_describe, values))}) but no function; "
+                            f"pass the function's FnSpecs as {owner}.specs")
         return
     specs.check_signature(kind)
     if len(values) != len(specs.fn_arg_names):
-        raise SpecError(f"{argument}: {specs.name} takes {len(specs.fn_arg_names)} argument(s) "
-                        f"{specs.fn_arg_names}, got {len(values)} value(s)")
+        raise SpecError(f"{owner}.{field}: {specs.name} takes {len(specs.fn_arg_names)} argument(s) "
+                        f"{specs.fn_arg_names}, got {len(values)} value(s) ({', '.join(map(_describe, values))})")
     for name, value in zip(specs.fn_arg_names, values):
         if not isinstance(value, (int, float, torch.Tensor)):
-            raise SpecTypeError(f"{argument}: {specs.name}'s argument {name} is {value!r} ({type(value).__name__}); "
-                                f"kernel function arguments are numbers or tensors")
+            raise SpecTypeError(f"{owner}.{field}: {specs.name}'s argument {name} is {_describe(value)} "
+                                f"({type(value).__name__}); kernel function arguments are numbers or tensors")
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,7 @@ class FusedActivation:
 
     def __post_init__(self):
         object.__setattr__(self, "fn_args", tuple(self.fn_args))
-        _check_fn_args("activation", self.specs, self.fn_args, "FusedActivation.fn_args")
+        _check_fn_args("activation", self.specs, self.fn_args, "FusedActivation", "fn_args")
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,6 @@ class Epilogue:
     def __post_init__(self):
         object.__setattr__(self, "fn_arg_values_matmul", tuple(self.fn_arg_values_matmul))
         object.__setattr__(self, "fn_arg_values_finalize", tuple(self.fn_arg_values_finalize))
-        _check_fn_args("epilogue", self.specs, self.fn_arg_values_matmul, "Epilogue.fn_arg_values_matmul")
+        _check_fn_args("epilogue", self.specs, self.fn_arg_values_matmul, "Epilogue", "fn_arg_values_matmul")
         if self.fn_arg_values_finalize:  # values for the reduce kernel; the matmul values when empty
-            _check_fn_args("epilogue", self.specs, self.fn_arg_values_finalize, "Epilogue.fn_arg_values_finalize")
+            _check_fn_args("epilogue", self.specs, self.fn_arg_values_finalize, "Epilogue", "fn_arg_values_finalize")

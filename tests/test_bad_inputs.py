@@ -362,7 +362,7 @@ MATMUL_FUNCTIONS = [
     bad("fused_activation=FnSpecs", lambda c: matmul_ogs(c.x, c.w, None, fused_activation=ogsgen.swiglu),
         r"fused_activation must be a FusedActivation", exc=SpecTypeError),
     bad("FusedActivation(specs=str)", lambda c: FusedActivation("swiglu", (1.0, 1.0)),
-        r"specs must be an FnSpecs \(from ogsgen\.register_activation\), got str"),
+        r"FusedActivation\.specs must be an FnSpecs \(what ogsgen\.register_activation returns\), got str"),
     bad("FusedActivation-with-an-epilogue-function", lambda c: FusedActivation(ADD_CONST, (1.0,)),
         r"activation '_bad_inputs_add_const': the function's parameters"),
     bad("FusedActivation-fn_args-str",

@@ -12,7 +12,7 @@ import torch
 import ogsgen
 from ogsgen.cli import main, parser
 from ogsgen.runtime import loader
-from ogsgen.spec import BF16, FP16, KernelVariant, canonical_name, default_catalog
+from ogsgen.spec import BF16, FP16, KernelVariant, canonical_name, default_catalog, load_catalog_file, registered
 
 HERE = Path(__file__).parent
 CUSTOM_CATALOG = HERE / "catalogs" / "custom_catalog.py"
@@ -185,8 +185,24 @@ def test_help_version_and_plugin_import_no_torch():
 # ---------------------------------------------------------------- loader
 
 def test_variant_not_built(isolated_loader, device):
-    with pytest.raises(ogsgen.VariantNotBuiltError, match=BETAS_VARIANT + ".*ogsgen build --spec"):
+    # The message gives the catalog line to add.
+    with pytest.raises(ogsgen.VariantNotBuiltError, match=BETAS_VARIANT + r".*add KernelVariant\(FP16, FP16, FP16, "
+                       r"bias=True, betas=True\) to a catalog's VARIANTS.*ogsgen build --spec"):
         _betas_call(device)
+
+
+def test_missing_reduce_kernel_names_the_calls_variant(isolated_loader, device):
+    # A top-2 scatter runs a matmul kernel (in the default catalog) and a reduce kernel that applies the epilogue
+    # (not built: only generated/ is searched); the reduce kernel is built with the call's variant, which the
+    # message spells out.
+    column_scale = load_catalog_file(CUSTOM_CATALOG) and registered("epilogue", "column_scale")
+    x, w = torch.randn(8, 32, device=device).bfloat16(), torch.randn(4, 32, 16, device=device).bfloat16()
+    routing_data, gather_indx, scatter_indx = ogsgen.routing(torch.randn(8, 4, device=device), 2)
+    epilogue = ogsgen.Epilogue(column_scale, (torch.rand(16, device=device),))
+    with pytest.raises(ogsgen.VariantNotBuiltError, match=r"ogs_reduce_.*add the matmul variant that needs it.*"
+                       r"This call's matmul variant: KernelVariant\(BF16, BF16, BF16, ragged=True, gather=True, "
+                       r"scatter=True, epilogue=column_scale\)"):
+        ogsgen.matmul_ogs(x, w, None, routing_data, gather_indx, scatter_indx, epilogue=epilogue)
 
 
 def test_load_from_user_build_dir(isolated_loader, tmp_path, device):

@@ -76,6 +76,21 @@ def test_epilogue_without_function_but_values():
         Epilogue(fn_arg_values_matmul=(1.0,))
 
 
+def test_function_argument_errors_summarize_tensors():
+    # A message names a tensor value by its shape and dtype: thousands of printed elements hide the cause.
+    with pytest.raises(SpecError) as info:
+        Epilogue(fn_arg_values_matmul=(torch.randn(1000),))
+    assert "tensor(shape=(1000,), dtype=torch.float32)" in str(info.value) and len(str(info.value)) < 300
+    with pytest.raises(SpecError) as info:
+        FusedActivation(ogsgen.swiglu, (torch.randn(1000),))
+    assert "got 1 value(s) (tensor(shape=(1000,)" in str(info.value) and len(str(info.value)) < 300
+
+
+def test_function_signature_error_reads_well():
+    with pytest.raises(SpecError, match="an epilogue function must be declared as def swiglu"):
+        Epilogue(ogsgen.swiglu, (1.0, 1.0))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="outside the interpreter, @triton.jit itself refuses it")
 def test_function_without_a_source_file():
     # Under the interpreter a function made by exec is a valid @triton.jit function whose source cannot be read:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import ogsgen
+from ogsgen import devices
 from ogsgen.codegen import build
 from ogsgen.moe import routing, routing_torch
 from ogsgen.runtime.opt_flags import TILE_KEYS
@@ -248,7 +249,9 @@ def test_bitwise_invariance_realistic():
 
 
 def test_fp8_rejected_on_gpus_without_fp8(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    # The device's Target is read once per process: stand in an Ampere GPU's (faking torch's capability query
+    # left this test passing on a GPU only when no earlier test had read the real Target).
+    monkeypatch.setattr(devices, "_target", lambda index: devices.Target("an Ampere GPU", (8, 0), 108))
     x = torch.randn(8, 32, device="cuda").to(torch.float8_e4m3fn)
     with pytest.raises(ogsgen.SpecError, match="fp8 tensors need a GPU of compute capability 8.9"):
         ogsgen.matmul_ogs(x, x.mT.contiguous().mT.mT, None)

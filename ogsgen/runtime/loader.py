@@ -210,8 +210,10 @@ def _load(variant: KernelVariant):
             return _generate(variant, str(exc))
     if on_demand:
         return _generate(variant, "not built")
+    add = (f"add {variant.as_code()} to a catalog's VARIANTS" if variant.family == "matmul" else
+           "add the matmul variant that needs it (its build includes it) to a catalog's VARIANTS")
     raise VariantNotBuiltError(
-        f"kernel variant {name} is not built in any of {[str(d) for d in dirs]}. Add it to a catalog and run "
+        f"kernel variant {name} is not built in any of {[str(d) for d in dirs]}. To build it, {add} and run "
         f"`ogsgen build --spec CATALOG.py --out DIR`, then add DIR to OGSGEN_PATH (or call "
         f"ogsgen.add_search_path(DIR)); or set OGSGEN_ON_DEMAND=1 to generate it on demand")
 

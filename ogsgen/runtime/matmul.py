@@ -10,7 +10,7 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 from ..devices import target
-from ..errors import SpecError, SpecTypeError, UnsupportedError
+from ..errors import SpecError, SpecTypeError, UnsupportedError, VariantNotBuiltError
 from ..moe import checks as routing_checks
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics import interpreter
@@ -364,18 +364,21 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     if other_device:
         plans.not_plannable()  # a plan launches on the current device
-    with torch.cuda.device(x.device) if other_device else contextlib.nullcontext():
-        if reduce_variant is None:
-            if scatter_indx is not None:
-                plans.zero(y)  # tokens whose only gate was dropped get zeros
-            _launch_matmul(variant, call, flags, y, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in,
-                           out_alpha=out_alpha)
-        else:
-            _launch_matmul(matmul_variant, call, flags, matmul_out, bias=bias, betas=betas, gammas=None,
-                           y_acc_in=None, out_alpha=out_alpha, split_k=flags.split_k)
-            _launch_reduce(reduce_variant, call, matmul_out, y if y.ndim == 3 else y.unsqueeze(0), gammas=gammas,
-                           epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul,
-                           scatter_src=scatter_indx.src_indx if topk else None)
+    try:
+        with torch.cuda.device(x.device) if other_device else contextlib.nullcontext():
+            if reduce_variant is None:
+                if scatter_indx is not None:
+                    plans.zero(y)  # tokens whose only gate was dropped get zeros
+                _launch_matmul(variant, call, flags, y, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in,
+                               out_alpha=out_alpha)
+            else:
+                _launch_matmul(matmul_variant, call, flags, matmul_out, bias=bias, betas=betas, gammas=None,
+                               y_acc_in=None, out_alpha=out_alpha, split_k=flags.split_k)
+                _launch_reduce(reduce_variant, call, matmul_out, y if y.ndim == 3 else y.unsqueeze(0), gammas=gammas,
+                               epilogue_values=epi.fn_arg_values_finalize or epi.fn_arg_values_matmul,
+                               scatter_src=scatter_indx.src_indx if topk else None)
+    except VariantNotBuiltError as exc:
+        raise VariantNotBuiltError(f"{exc}. This call's matmul variant: {variant.as_code()}") from None
     return y
 
 

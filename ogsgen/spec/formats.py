@@ -117,6 +117,14 @@ FLEX_BY_DTYPE = {f.torch_dtype: f for f in (FP8_E4M3, FP8_E5M2)}      # an fp8 t
 MX_FP8_BY_DTYPE = {f.torch_dtype: f for f in (MXFP8_E4M3, MXFP8_E5M2)}  # an fp8 tensor with e8m0 block scales
 
 
+_CONSTANT_NAMES = {fmt: name for name, fmt in globals().items() if isinstance(fmt, NumericFormat) and name.isupper()}
+
+
+def constant_name(fmt: NumericFormat) -> str:
+    """The ``ogsgen.spec`` constant of a format (``BF16``), or its constructor where it has none."""
+    return _CONSTANT_NAMES.get(fmt, repr(fmt))
+
+
 def format_named(name: str) -> NumericFormat:
     try:
         return BY_NAME[name]

@@ -207,9 +207,16 @@ class FnSpecs:
         if len(params) != len(lead) + len(self.fn_arg_names) or params[len(lead):] != self.fn_arg_names:
             raise SpecError(
                 f"{kind} {self.name!r}: the function's parameters ({', '.join(params)}) do not match "
-                f"fn_arg_names {self.fn_arg_names}; a {kind} function must be declared as "
+                f"fn_arg_names {self.fn_arg_names}; {'an' if kind[0] in 'aeiou' else 'a'} {kind} function must be "
+                f"declared as "
                 f"def {self.fn.__name__}{expected}")
         return self
+
+    @property
+    def python_name(self) -> str:
+        """How a catalog file names the function: ``ogsgen.<name>`` for a built-in, else its Python name."""
+        fn = self.fn.fn
+        return f"ogsgen.{fn.__name__}" if fn.__module__ == "ogsgen.builtins" else fn.__name__
 
     def describe(self) -> dict:
         """The normalized, JSON-ready form stored in manifests and banners."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from functools import cached_property, lru_cache
 
 from ..errors import SpecError, SpecTypeError, UnsupportedError
-from .formats import BF16, FP32, NumericFormat
+from .formats import BF16, FP32, NumericFormat, constant_name
 from .functions import FnSpecs
 
 FAMILIES = {
@@ -168,6 +168,16 @@ class KernelVariant:
         if x_plain and self.w.scaling == "none" and self.x != self.w:
             raise UnsupportedError(f"{name}: x ({self.x.name}) and w ({self.w.name}) must share a format; cast one "
                                    f"operand to the other's dtype")
+
+    def as_code(self) -> str:
+        """The expression that builds this variant in a catalog file, e.g. ``KernelVariant(BF16, BF16, BF16,
+        ragged=True, activation=ogsgen.swiglu)``."""
+        args = [constant_name(fmt) for fmt in (self.x, self.w, self.y)]
+        if self.family != "matmul":
+            args.append(f"family={self.family!r}")
+        args += [f"{feature}=True" for feature in self.features]
+        args += [f"{kind}={spec.python_name}" for kind, spec in self.functions().items()]
+        return f"KernelVariant({', '.join(args)})"
 
     def describe(self) -> dict:
         """Normalized, JSON-ready spec (manifest entry)."""
