@@ -694,18 +694,21 @@ def run_case(case: Case):
 
 # ---------------------------------------------------------------- the fuzz tests
 
+@pytest.mark.slow
 @fuzz_settings("plain")
 @given(cases(modes=("dense", "batched"), scaled=False))
 def test_fuzz_dense_and_batched(case):
     run_case(case)
 
 
+@pytest.mark.slow
 @fuzz_settings("moe")
 @given(cases(modes=("moe",), scaled=False))
 def test_fuzz_moe(case):
     run_case(case)
 
 
+@pytest.mark.slow
 @fuzz_settings("scaled")
 @given(cases(modes=("dense", "batched", "moe"), scaled=True))
 def test_fuzz_scaled_formats(case):

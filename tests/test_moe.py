@@ -138,6 +138,7 @@ UPSTREAM = [(16, 64, 64, 128, 4, None), (16, 64, 64, 128, 4, 3), (16, 64, 64, 3,
             (60, 72, 70, 8, 2, 9)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tokens,n,k,n_expts,k_act,split_k", UPSTREAM)
 @pytest.mark.parametrize("gather,scatter", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("gammas", [False, True])

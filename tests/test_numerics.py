@@ -50,6 +50,7 @@ def custom_variants(tmp_path_factory):
     return catalog.by_name()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(DENSE))
 def test_default_dense_variant(name, device):
     # Shapes that are not multiples of any block size; one launch with default flags, one with
@@ -64,6 +65,7 @@ def test_default_dense_variant(name, device):
             run_case(variant, 21, 40, 100, device, allow_tf32=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MOE))
 def test_default_moe_variant(name, device):
     variant = MOE[name]
@@ -112,8 +114,10 @@ def test_heuristic_falls_back_to_the_tiled_kernel_where_tma_cannot_read_x_or_wri
     assert launched == [True, False, False]
 
 
+@pytest.mark.slow
 def test_every_default_variant_was_launched():
-    # Runs after the parametrized tests above (pytest keeps file order).
+    # Runs after the parametrized tests above, in their process (pytest keeps file order; with -n, pyproject's
+    # --dist loadfile keeps a file's tests in one worker).
     expected = set(DEFAULT) | {name + "_persistent" for name in PERSISTENT}
     missing = sorted(expected - LOADED)
     assert not missing, f"default variants no test launched: {missing}"

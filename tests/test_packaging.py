@@ -27,7 +27,7 @@ def test_wheel_ships_the_data_folders(tmp_path):
     source = tmp_path / "src"
     for folder in ("ogsgen", "templates", "generated"):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source)
     (source / "generated" / LOCK).touch()  # what `ogsgen build` leaves there
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",

@@ -73,6 +73,7 @@ def test_warmup_covers_every_matmul_variant_and_the_routing_kernels(device):
             assert call.k % call.flags.block_k == 0 or call.k % 16 == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n, v in DEFAULT.items() if v.family == "matmul"))
 def test_warmup_call_is_a_valid_matmul_ogs_call(name, device):
     """Each variant's warm-up call goes through matmul_ogs's checks and launches (smallest configuration)."""
