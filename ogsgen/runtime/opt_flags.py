@@ -56,6 +56,7 @@ _BOOLEAN_KEYS = ("persistent", "wait_mma")
 TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")  # a tile, as constraints name it
 _FALLBACK_TILE_KEYS = ("block_n", "block_k", "num_warps", "num_stages", "wait_mma")
 _constraints: contextvars.ContextVar[tuple] = contextvars.ContextVar("ogsgen_opt_flags_constraints", default=())
+_process_constraints: tuple = ()  # set_process_constraints
 
 
 @contextlib.contextmanager
@@ -68,6 +69,24 @@ def opt_flags_constraints(**constraints):
     heuristic's tile, unless they are given too; ``persistent=True`` drops its split of K (``split_k``), and
     ``split_k`` > 1 its persistent kernel.
     """
+    check_constraints(constraints)
+    token = _constraints.set(tuple(sorted({**dict(_constraints.get()), **constraints}.items())))
+    try:
+        yield
+    finally:
+        _constraints.reset(token)
+
+
+def set_process_constraints(constraints: dict) -> None:
+    """Constraints for every call of the process, from every thread (``opt_flags_constraints`` blocks override them;
+    an empty dict removes them): what a serving process sets once at start-up."""
+    global _process_constraints
+    check_constraints(constraints)
+    _process_constraints = tuple(sorted(constraints.items()))
+
+
+def check_constraints(constraints: dict) -> None:
+    """Raise InapplicableConstraintError naming a key or value that no launch can take."""
     for key, value in constraints.items():
         if key not in CONSTRAINT_KEYS:
             raise InapplicableConstraintError(f"opt_flags_constraints: unknown key {key!r}; known keys: {CONSTRAINT_KEYS}")
@@ -80,11 +99,6 @@ def opt_flags_constraints(**constraints):
                     _check_constraint(f"fallback_tiles {tile}: {tile_key}", tile_key, tile_value)
         else:
             _check_constraint(key, key, value)
-    token = _constraints.set(tuple(sorted({**dict(_constraints.get()), **constraints}.items())))
-    try:
-        yield
-    finally:
-        _constraints.reset(token)
 
 
 def _check_constraint(name: str, key: str, value) -> None:
@@ -106,7 +120,10 @@ def _check_constraint(name: str, key: str, value) -> None:
 
 
 def current_constraints() -> tuple:
-    return _constraints.get()
+    scoped = _constraints.get()
+    if not _process_constraints:
+        return scoped
+    return tuple(sorted({**dict(_process_constraints), **dict(scoped)}.items()))
 
 
 def row_tiles(m: int, block_m: int, n_expts: int | None) -> int:

@@ -1,0 +1,42 @@
+"""``triton_kernels.matmul_ogs``: the operator, its reference and its argument types."""
+from dataclasses import replace
+
+from ...errors import UnsupportedError
+from ...runtime import matmul_ogs as _matmul_ogs
+from ...runtime import matmul_ogs_torch
+from ...spec import FnSpecs as _FnSpecs
+from ...types import (Epilogue, FlexCtx, GatherIndx, InFlexData, OutFlexData, PrecisionConfig, RoutingData,
+                      ScatterIndx)
+from ...types import FusedActivation as _FusedActivation
+
+__all__ = ["Epilogue", "FlexCtx", "FnSpecs", "FusedActivation", "GatherIndx", "InFlexData", "OutFlexData",
+           "PrecisionConfig", "RoutingData", "ScatterIndx", "matmul_ogs", "matmul_ogs_torch"]
+
+
+def FnSpecs(name, fn, fn_arg_names, fn_arg_do_not_specialize=()):  # noqa: N802 (a class in triton_kernels)
+    """triton_kernels' ``FnSpecs(name, fn, fn_arg_names, fn_arg_do_not_specialize)``; the activation's
+    ``reduction_n`` comes with ``FusedActivation``, as there."""
+    return _FnSpecs(name, fn, tuple(fn_arg_names), tuple(fn_arg_do_not_specialize))
+
+
+FnSpecs.default = _FnSpecs.default
+
+
+def FusedActivation(specs=None, fn_args=(), reduction_n=1):  # noqa: N802 (a class in triton_kernels)
+    """triton_kernels' ``FusedActivation(specs, fn_args, reduction_n)``: ``reduction_n`` columns fold into one."""
+    specs = _FnSpecs.default() if specs is None else specs
+    if isinstance(specs, _FnSpecs) and not specs.is_default and specs.reduction_n != reduction_n:
+        specs = replace(specs, reduction_n=reduction_n)
+    return _FusedActivation(specs, tuple(fn_args))
+
+
+def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, precision_config=None,
+               betas=None, gammas=None, out_alpha=None, y=None, fused_comm=None, fused_activation=None,
+               epilogue=None, y_acc_in=None, inner_routing_data=None):
+    """triton_kernels' ``matmul_ogs``: ``ogsgen.matmul_ogs``, whose result for a 2-D x is 2-D as there (a 3-D ``y``
+    of batch one is written and returned as its 2-D view)."""
+    if fused_comm is not None or inner_routing_data is not None:
+        raise UnsupportedError("matmul_ogs: fused_comm and inner_routing_data are not supported by ogsgen yet")
+    out = _matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, precision_config, betas, gammas,
+                      out_alpha, y, fused_activation=fused_activation, epilogue=epilogue, y_acc_in=y_acc_in)
+    return out[0] if x.ndim == 2 and out.ndim == 3 else out
