@@ -1,5 +1,6 @@
-"""The README's examples build and run as written."""
+"""The README's first call and the examples build and run as written."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,10 +18,38 @@ def _env():
     return env
 
 
-def test_readme_shows_the_examples_verbatim():
+def _python_blocks(section: str) -> list[str]:
+    """The python code blocks of a README section."""
     readme = (ROOT / "README.md").read_text()
-    for example in ("custom_activation.py", "moe_layer.py"):
-        assert (EXAMPLES / example).read_text() in readme, example
+    text = readme[readme.index(f"## {section}\n"):]
+    text = text[:text.find("\n## ", 1)]
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_readme_first_call_runs(tmp_path):
+    # The README's first call as written (on the CPU through the interpreter), then its results against torch.
+    code, = _python_blocks("First call")
+    check = """
+from ogsgen.testing import assert_close
+assert y.shape == (256, 192) and out.shape == (256, 512)
+assert_close(ogsgen.matmul_ogs_torch(x.float(), w.float(), bias, fused_activation=swiglu), y.float())
+h_ref = ogsgen.matmul_ogs_torch(x.float(), w1.float(), None, routing_data, gather_indx, fused_activation=swiglu)
+assert_close(h_ref, h.float())
+assert_close(ogsgen.matmul_ogs_torch(h.float(), w2.float(), None, routing_data, scatter_indx=scatter_indx,
+                                     gammas=routing_data.gate_scal), out.float())
+print("first call ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code + check], env=_env(), cwd=tmp_path, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "first call ok" in result.stdout
+
+
+def test_readme_activation_is_the_examples():
+    code, = _python_blocks("Custom activations and epilogues")
+    example = (EXAMPLES / "custom_activation.py").read_text()
+    body = code[code.index("@triton.jit"):code.index("\n\n", code.index("@triton.jit"))]
+    assert body in example, "the README's relu_squared differs from examples/custom_activation.py's"
 
 
 def test_custom_activation_example(tmp_path):
