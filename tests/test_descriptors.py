@@ -10,7 +10,7 @@ from ogsgen.runtime.descriptors import RAGGED_ROWS_BOUND, ragged_rows_descriptor
 @triton.jit
 def _copy_block(Src, Dst, Loaded, slice_end, row, col, BOUND: tl.constexpr, ROWS: tl.constexpr,
                 COLS: tl.constexpr):
-    # The kernels' coordinates (templates/triton_matmul_ogs.py.jinja): rows row.. of the slice ending at slice_end.
+    # The kernels' coordinates (templates/_matmul_persistent.py.jinja): rows row.. of the slice ending at slice_end.
     block = Src.load([BOUND, slice_end, BOUND - slice_end + row, col]).reshape(ROWS, COLS)
     offs = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
     tl.store(Loaded + offs, block)

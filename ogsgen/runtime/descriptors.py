@@ -8,8 +8,8 @@ How: with s the row stride, the descriptor's dimensions have strides (2**34 - s,
 dimension (the third) is bounded by ``RAGGED_ROWS_BOUND`` (2**30). At coordinates (2**30, slice_end,
 2**30 - slice_end + row, col) the address is 2**64 - 2**30 s + (2**30 + row) s + col, which wraps (TMA's
 address arithmetic is modulo 2**64) to row s + col; and the row coordinate is in bounds exactly when
-row < slice_end. The kernels compute these coordinates (templates/triton_matmul_ogs.py.jinja renders the
-bound from here).
+row < slice_end. The kernels compute these coordinates (templates/_matmul_persistent.py.jinja renders the
+bound from ogsgen.spec.kernel_abi).
 """
 from __future__ import annotations
 
