@@ -4,7 +4,7 @@
 # template: triton_matmul_ogs.py.jinja (sha256 ec9b27e42456f2537f91bf01412624047df817969da421a5b31f68d5002831c1)
 # formats:  x fp32, w fp32, y fp32
 # features: bias, gammas
-# activation: swiglu = ogsgen.builtins:swiglu(alpha, limit), source sha256 cc33312a2296e6f35974495d32d466675f6dc3f2f7312c02f697488b7dd5817c
+# activation: swiglu = ogsgen.spec.builtins:swiglu(alpha, limit), source sha256 cc33312a2296e6f35974495d32d466675f6dc3f2f7312c02f697488b7dd5817c
 
 import triton
 import triton.language as tl

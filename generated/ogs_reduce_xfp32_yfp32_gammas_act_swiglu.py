@@ -4,7 +4,7 @@
 # template: triton_reduce.py.jinja (sha256 7d7e5a74ecccc00e64ede60ed5ffbb036b48c550b85dd689815580f66f311c05)
 # formats:  x fp32, w fp32, y fp32
 # features: gammas
-# activation: swiglu = ogsgen.builtins:swiglu(alpha, limit), source sha256 cc33312a2296e6f35974495d32d466675f6dc3f2f7312c02f697488b7dd5817c
+# activation: swiglu = ogsgen.spec.builtins:swiglu(alpha, limit), source sha256 cc33312a2296e6f35974495d32d466675f6dc3f2f7312c02f697488b7dd5817c
 
 import triton
 import triton.language as tl

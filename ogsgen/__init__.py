@@ -11,7 +11,7 @@ from .errors import (BuildFolderError, CatalogError, InapplicableConstraint, Ina
 
 _LAZY = {
     ".spec": ("FnSpecs", "KernelVariant", "canonical_name", "register_activation", "register_epilogue", "unregister"),
-    ".builtins": ("swiglu", "swiglu_torch"),
+    ".spec.builtins": ("swiglu", "swiglu_torch"),
     ".moe": ("prepare_expert_weights", "routing", "routing_from_topk"),
     ".numerics": ("SwizzledMxValues", "bound_mx_scales", "swizzle_mx_values", "unswizzle_mx_values"),
     ".runtime": ("Epilogue", "FlexCtx", "FusedActivation", "GatherIndx", "InFlexData", "OptFlags", "OutFlexData",
@@ -31,7 +31,6 @@ def __getattr__(name: str):
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'ogsgen' has no attribute {name!r}")
-    importlib.import_module(".builtins", __name__)  # registers the built-in functions that catalogs name
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value

@@ -13,6 +13,7 @@ import os
 import torch
 
 from ..errors import SpecError
+from .metadata import make_ragged_tensor_metadata_torch
 
 DEBUG = os.environ.get("OGSGEN_DEBUG", "0") == "1"
 
@@ -46,8 +47,6 @@ def _check_index_range(index: torch.Tensor, name: str, n_rows: int) -> None:
 
 def check_routing_data(routing_data, n_rows: int, gather_indx=None, scatter_indx=None) -> None:
     """Check a MoE call's histogram, indices and metadata against each other for ``n_rows`` sorted rows (gates)."""
-    from .metadata import make_ragged_tensor_metadata_torch
-
     hist = routing_data.expt_hist.long()
     if (hist < 0).any():
         expert = _first(hist < 0)[0]

@@ -34,8 +34,15 @@ import torch
 
 from ..devices import target
 from ..errors import OgsgenError
+from ..moe.routing import routing, routing_from_topk
+from ..moe.weights import prepare_expert_weights
+from ..numerics.layouts import swizzle_mx_values
+from ..numerics.scale_bounds import LARGEST_SMALL_CODE, bound_mx_scales
+from ..spec.catalog import default_catalog, load_catalog_file
 from ..spec.formats import MX_BLOCK
 from ..spec.variant import KernelVariant, canonical_name
+from ..types import Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig
+from .matmul import matmul_ogs
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
 
 # Problem sizes whose heuristic choices span every configuration real calls reach: rows (tokens per
@@ -69,10 +76,6 @@ class WarmupCall:
                 f"{f' top-{self.top_k}' if self.variant.scatter else ''}{' small-scales' if self.small_scales else ''}")
 
     def run(self, device) -> None:
-        from ..moe.routing import routing
-        from .matmul import matmul_ogs
-        from ..types import Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig
-
         v, n, k = self.variant, _N, self.k
         n_out = n // v.reduction_n
         if v.ragged:
@@ -115,8 +118,6 @@ class RoutingWarmup:
         return f"routing kernels, {self.n_experts} experts"
 
     def run(self, device) -> None:
-        from ..moe.routing import routing, routing_from_topk
-
         logits = torch.randn(_TOKENS, self.n_experts, device=device)
         routing(logits, 2)
         weights, ids = torch.topk(logits, 2)  # int64 ids, as torch.topk gives them: a histogram binary of their own
@@ -195,11 +196,6 @@ def _gpu(device_index: int) -> tuple[int, bool]:
 def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device, small_scales: bool):
     """w and the PrecisionConfig fields of its format, laid out as prepare_expert_weights lays them out; hopper
     mxfp4 scales recorded <= 2 (as prepare_expert_weights does) when ``small_scales``, else unrecorded."""
-    from ..moe.weights import prepare_expert_weights
-    from ..numerics.layouts import swizzle_mx_values
-    from ..numerics.scale_bounds import LARGEST_SMALL_CODE, bound_mx_scales
-    from ..types import FlexCtx, InFlexData
-
     fmt = variant.w
     prepared = prepare_expert_weights(torch.randn(n_experts or 1, n, k, device=device),
                                       format="mxfp4" if fmt.layout == "hopper" else fmt.name, value_layout="strided")
@@ -215,8 +211,6 @@ def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, devi
 
 
 def _catalog_variants(spec: str | None, names: list[str]):
-    from ..spec.catalog import default_catalog, load_catalog_file
-
     by_name = (load_catalog_file(spec) if spec else default_catalog()).by_name()
     return [by_name[name] for name in names]
 

@@ -32,6 +32,7 @@ from triton import knobs
 
 from ..errors import OgsgenError
 from ..numerics.jit import WGMMA_WAITS_MARKER
+from .loader import cache_dir
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"\.L_x_(\d+):\s*\n\s*/\*([0-9a-f]+)\*/")
@@ -131,7 +132,6 @@ CHECK_VERSION = 2
 
 
 def _verdict_path(binary_hash: str) -> Path:
-    from .loader import cache_dir
     return cache_dir() / "wgmma-checks" / f"v{CHECK_VERSION}" / binary_hash
 
 

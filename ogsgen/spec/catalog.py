@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CatalogError, OgsgenError, SpecTypeError
+from .builtins import swiglu
 from .formats import BF16, FP8_E4M3, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP8_E4M3
 from .variant import FEATURES, KernelVariant, canonical_name, companions
 
@@ -77,8 +78,6 @@ def variant_product(formats, activations=(None,), epilogues=(None,), family="mat
 
 def default_catalog() -> Catalog:
     """Dense and batched matmuls (the router too), and the MoE shapes of gpt-oss, DeepSeek, Qwen, Mixtral."""
-    from ..builtins import swiglu
-
     dense_formats = [(BF16, BF16, BF16), (FP16, FP16, FP16), (FP32, FP32, FP32),
                      (BF16, BF16, FP32), (FP16, FP16, FP32)]
     moe_formats = [(BF16, BF16, BF16), (FP16, FP16, FP16)]

@@ -216,7 +216,7 @@ class FnSpecs:
     def python_name(self) -> str:
         """How a catalog file names the function: ``ogsgen.<name>`` for a built-in, else its Python name."""
         fn = self.fn.fn
-        return f"ogsgen.{fn.__name__}" if fn.__module__ == "ogsgen.builtins" else fn.__name__
+        return f"ogsgen.{fn.__name__}" if fn.__module__ == "ogsgen.spec.builtins" else fn.__name__
 
     def describe(self) -> dict:
         """The normalized, JSON-ready form stored in manifests and banners."""

@@ -1,9 +1,10 @@
-"""Built-in functions for generated kernels, with their torch references."""
+"""Built-in functions for generated kernels, with their torch references (registered when ogsgen.spec is imported;
+the default catalog builds with them)."""
 import torch
 import triton
 import triton.language as tl
 
-from .spec.functions import register_activation
+from .functions import register_activation
 
 
 def swiglu_torch(tile: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
