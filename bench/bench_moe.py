@@ -136,9 +136,12 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen):
         if hopper:  # as prepare_expert_weights: scales recorded <= 2 let the upcast take one multiply
             lib.bound_mx_scales(pc.weight_scale)
         w_bytes = active * k * n // 2
-    else:
-        w, pc = dense_w, lib.PrecisionConfig()
+    elif weight_format in ("bf16", "bf16-kmajor"):
+        # bf16-kmajor: the same values K-contiguous, as nn.Linear checkpoints and vLLM's (E, N, K) weights hold them
+        w, pc = (dense_w if weight_format == "bf16" else dense_w.mT.contiguous().mT), lib.PrecisionConfig()
         w_bytes = active * k * n * 2
+    else:
+        raise ValueError(f"unknown weight format {weight_format!r}: bf16, bf16-kmajor, mxfp4, mxfp4-kscales")
     y_rows = rows if mode == "gather" else tokens
     bytes_moved = x.numel() * 2 + w_bytes + y_rows * n * 2
     flops = 2 * rows * k * n
@@ -147,7 +150,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen):
         return lib.matmul_ogs_torch(x, w_ref, None, routing_data, precision_config=lib.PrecisionConfig(
             out_dtype=torch.float32), **indices)
     # ogsgen's mxfp4 dequantized: exact in bf16 (one mantissa bit, power-of-two scales)
-    ogsgen_weights = (lambda: dense_w) if weight_format == "bf16" else \
+    ogsgen_weights = (lambda: dense_w) if weight_format.startswith("bf16") else \
         (lambda: dequantize_mx_torch(values, scales, "e2m1", dtype=torch.bfloat16).mT)
     yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
     if tk is not None:
@@ -164,7 +167,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen):
             except Exception as exc:  # recorded as this peer's error row
                 t_w, t_kwargs = exc, {}
         else:
-            t_w = dense_w
+            t_w = w
 
         def run_triton_kernels():
             if isinstance(t_w, Exception):
@@ -173,7 +176,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen):
         yield "triton_kernels", run_triton_kernels, flops, bytes_moved
         # Its own reference: its routing's row order, and for mxfp4 its own quantization of the same weights.
         yield "reference triton_kernels", lambda: reference(t_dequantized(), t_rd, t_indices), None, None
-    if weight_format == "bf16":
+    if weight_format.startswith("bf16"):
         if hasattr(torch, "_grouped_mm"):
             x_sorted = (x[gi.src_indx.long() // top_k] if mode == "gather" else x).contiguous()
             offs = torch.cumsum(rd.expt_hist, 0).to(torch.int32)
@@ -323,7 +326,7 @@ def main():
     parser.add_argument("--table-from", type=Path, metavar="DIR", help="write DIR/table.md from DIR/results.csv")
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 32, 256, 2048, 8192])
     parser.add_argument("--shapes", nargs="+", default=list(MOE_SHAPES))
-    parser.add_argument("--formats", nargs="+", default=["bf16", "mxfp4"])
+    parser.add_argument("--formats", nargs="+", default=["bf16", "bf16-kmajor", "mxfp4"])
     parser.add_argument("--no-dense", action="store_true")
     args = parser.parse_args()
     if args.table_from:

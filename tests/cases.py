@@ -123,11 +123,12 @@ def run_case(variant: KernelVariant, m: int, n: int, k: int, device, batch: int 
 
 def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts: int, n_expts_act: int, device,
                  drop: float = 0.0, split_k: int | None = None, maxtol=2e-2, rmstol=4e-3,
-                 scales_n_contiguous=False):
+                 scales_n_contiguous=False, w_k_major=False):
     """A ragged matmul of ``variant`` on fresh random routing and inputs, checked against the reference.
 
     ``drop``: the fraction of gates routed to no local expert (-1), as with expert parallelism.
     ``scales_n_contiguous``: MX scales stored N-contiguous (else K-contiguous).
+    ``w_k_major``: plain w stored K-contiguous, (E, N, K) viewed as (E, K, N), as nn.Linear and vLLM hold it.
     """
     from ogsgen import opt_flags_constraints
     from ogsgen.moe import routing_from_topk
@@ -140,7 +141,7 @@ def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts:
     routing_data, gather_indx, scatter_indx = routing_from_topk(ids, weights, n_expts)
     n_rows = n_tokens * n_expts_act
     ops = Operands(variant, ((n_tokens if variant.gather else n_rows), k), (n_expts, k, n), device,
-                   scales_n_contiguous=scales_n_contiguous)
+                   w_transposed=w_k_major, scales_n_contiguous=scales_n_contiguous)
     x, w = ops.x, ops.w
     n_out = n // variant.reduction_n
     bias = torch.randn(n_expts, n, device=device) if variant.bias else None

@@ -111,7 +111,28 @@ def test_heuristic_falls_back_to_the_tiled_kernel_where_tma_cannot_read_x_or_wri
     run_case(variant, m, n, k, device)
     run_case(variant, m, n, k, device, x_transposed=True)
     run_case(variant, m, n, k, device, y_transposed=True)
-    assert launched == [True, False, False]
+    run_case(variant, m, n, k, device, w_transposed=True)  # a K-major w has a descriptor: its transpose's
+    assert launched == [True, False, False, True]
+
+
+@pytest.mark.parametrize("name", ["ogs_matmul_xbf16_wbf16_ybf16_bias",
+                                  "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu",
+                                  "ogs_matmul_xfp16_wfp16_yfp16_ragged_scatter_gammas"])
+def test_persistent_kernel_reads_a_k_major_w(name, device, monkeypatch):
+    # nn.Linear checkpoints and vLLM hold expert weights (E, N, K), passed as w.mT: K-contiguous. The persistent
+    # kernel reads them through a TMA descriptor of w.mT and transposes the tile for the dot.
+    launched = []
+    original = loader.kernel_for
+    monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(persistent) or
+                        original(variant, persistent))
+    variant = DEFAULT[name]
+    with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
+        if variant.ragged:
+            run_moe_case(variant, 23, 64, 40, 4, 2, device, w_k_major=True)
+        else:
+            run_case(variant, 37, 80, 56, device, w_transposed=True, allow_tf32=False)
+            run_case(variant, 20, 48, 24, device, batch=3, w_transposed=True, allow_tf32=False)
+    assert launched and launched[0] is True
 
 
 @pytest.mark.slow

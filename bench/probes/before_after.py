@@ -45,6 +45,7 @@ def main():
     parser.add_argument("--this-name", default="ogsgen",
                         help="the package timed as 'this tree' (an A/A control: a second staged copy of the base)")
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 32, 256, 2048, 8192])
+    parser.add_argument("--formats", nargs="+", default=["bf16", "mxfp4"], help="bench_moe's weight formats")
     parser.add_argument("--host-rounds", type=int, default=5)
     parser.add_argument("--only", nargs="+", help="the cases whose label contains one of these strings")
     args = parser.parse_args()
@@ -52,7 +53,7 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     libraries = {"this tree": importlib.import_module(args.this_name), "base": base}
     cases = [(f"{name} {fmt} T={tokens}", lambda lib, n=name, f=fmt, t=tokens: moe_cases(n, t, f, None, lib=lib))
-             for name in MOE_SHAPES for fmt in ("bf16", "mxfp4") for tokens in args.tokens]
+             for name in MOE_SHAPES for fmt in args.formats for tokens in args.tokens]
     cases += [(f"dense bf16 {m}x{n}x{k}", lambda lib, m=m, n=n, k=k: dense_cases(m, n, k, None, lib=lib))
               for m, n, k in DENSE_SHAPES]
     if args.only:

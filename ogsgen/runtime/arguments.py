@@ -85,9 +85,18 @@ class MatmulInputs:
             return ragged_rows_descriptor(x, self.flags.block_m, self.flags.block_k)
         return TensorDescriptor.from_tensor(_as_3d(x), [1, self.flags.block_m, self.flags.block_k])
 
+    @cached_property
+    def w_k_major(self) -> bool:
+        """w's K is contiguous and its N is not (nn.Linear weights, or vLLM's (E, N, K) ones, viewed transposed): the
+        persistent kernel reads it through a descriptor of w.mT."""
+        return self.call.w.stride(-1) != 1
+
     @property
     def w_desc(self) -> TensorDescriptor:
-        return TensorDescriptor.from_tensor(_as_3d(self.call.w), [1, self.flags.block_k, self.flags.block_n])
+        w3, flags = _as_3d(self.call.w), self.flags
+        if self.w_k_major:
+            return TensorDescriptor.from_tensor(w3.mT, [1, flags.block_n, flags.block_k])
+        return TensorDescriptor.from_tensor(w3, [1, flags.block_k, flags.block_n])
 
     @property
     def y_desc(self) -> TensorDescriptor:

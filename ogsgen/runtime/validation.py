@@ -228,7 +228,8 @@ def tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool, y: torch.Ten
     if y is not None and y.shape[-1] * y.element_size() % 16:
         return (f"TMA needs rows of a multiple of 16 bytes: the output's rows ({y.shape[-1]} columns of "
                 f"{y.element_size()} bytes) are not; N // reduction_n must be a multiple of {16 // y.element_size()}")
-    for name, tensor in (("x", x), ("w", w), ("y", y)):
+    # a K-major w (last stride not 1) is read through a descriptor of w.mT
+    for name, tensor in (("x", x), ("w", w if w.stride(-1) == 1 else w.mT), ("y", y)):
         if tensor is None:
             continue
         if tensor.numel() == 0:
@@ -238,7 +239,8 @@ def tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool, y: torch.Ten
         strides = tensor.stride()
         if strides[-1] != 1 or tensor.data_ptr() % 16 or any(stride * tensor.element_size() % 16
                                                              for stride in strides[:-1]):
-            return (f"TMA needs {name} 16-byte aligned, contiguous along its last dimension and with its other "
+            along = "N or K" if name == "w" else "its last dimension"
+            return (f"TMA needs {name} 16-byte aligned, contiguous along {along} and with its other "
                     f"strides multiples of 16 bytes (got strides {tuple(strides)}); pass {name}.contiguous() "
                     f"(and K, N multiples of 8)")
     return None

@@ -227,7 +227,8 @@ PERSISTENT = (
      Param("n_programs", lambda a: a.n_programs, per_call=True)),
     *_FUNCTIONS,
     _SATURATE,
-    (*_MATMUL_TILES, Param("OFFSETS_64", lambda a: a.offsets_64, _persistent_has_pointer_strides, constexpr=True)),
+    (*_MATMUL_TILES, Param("W_K_MAJOR", lambda a: a.w_k_major, constexpr=True),
+     Param("OFFSETS_64", lambda a: a.offsets_64, _persistent_has_pointer_strides, constexpr=True)),
 )
 
 REDUCE = (
