@@ -1,6 +1,6 @@
 """Probe: which launch parameters the matmul_ogs kernels want on this GPU, per shape and weight format.
 
-    PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|mxfp4|mxfp4-strided|mxfp4-kscales]
+    PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|bf16-kmajor|mxfp4|mxfp4-strided|mxfp4-kscales]
         [--cases "gpt-oss w1:256" "dense:64x5760x2880" ...] [--tiles 16x256x128x8x3 16x256x128x8x3w ...] [--in-turn]
 
 Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
@@ -55,7 +55,7 @@ def sweep(weight_format, cases=None, tiles=None):
     """(case, size, tiles) to time for a weight format (``cases``, ``tiles``: replace the built-in lists)."""
     def builtin(tile_list):
         return [dict(zip(TILE_KEYS, tile), split_k=1) for tile in tile_list]
-    if weight_format == "bf16":
+    if weight_format.startswith("bf16"):
         return [(name, size, tiles or builtin(TILES)) for name, size in cases or CASES]
     return [(name, size, tiles or builtin(MX_DECODE_TILES if size <= 256 else MX_LARGE_TILES))
             for name, size in cases or MX_CASES]
@@ -105,7 +105,8 @@ def case_fn(name, size, weight_format):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--format", default="bf16", choices=["bf16", "mxfp4", "mxfp4-strided", "mxfp4-kscales"])
+    parser.add_argument("--format", default="bf16",
+                        choices=["bf16", "bf16-kmajor", "mxfp4", "mxfp4-strided", "mxfp4-kscales"])
     parser.add_argument("--cases", nargs="+",
                         help='cases as "shape:tokens" or "dense:MxNxK" (default: the built-in list)')
     parser.add_argument("--tiles", nargs="+",
