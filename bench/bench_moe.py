@@ -50,7 +50,11 @@ MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
     "gpt-oss w1": (128, 4, 2880, 5760, "gather"),
     "gpt-oss w2": (128, 4, 2880, 2880, "scatter"),
     "DeepSeek-V3 w1": (256, 8, 7168, 4096, "gather"),
+    # other models' prefill shapes: many experts with top-8 and small K and N, few experts with a very wide N
+    "Qwen3-30B-A3B w1": (128, 8, 2048, 1536, "gather"),
+    "Mixtral-8x7B w1": (8, 2, 4096, 28672, "gather"),
 }
+DENSE_YARDSTICK_TOKENS = 2048  # MoE cases from this many tokens also time a dense matmul of the same M·N·K
 DENSE_SHAPES = [(8192, 8192, 8192), (4096, 5760, 2880), (64, 5760, 2880)]
 
 
@@ -183,6 +187,11 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen):
             w_grouped = dense_w.mT.contiguous().mT
             yield "torch._grouped_mm", (lambda: torch._grouped_mm(x_sorted, w_grouped, offs=offs)), flops, \
                 bytes_moved
+    if tokens >= DENSE_YARDSTICK_TOKENS:  # what the GPU's dense matmul reaches on the same M·N·K, without routing
+        x_dense = torch.randn(rows, k, device=device).bfloat16()
+        w_dense = dense_w[0]
+        yield "dense cuBLAS", (lambda: torch.matmul(x_dense, w_dense)), flops, (rows * k + k * n + rows * n) * 2
+        yield "reference dense cuBLAS", (lambda: x_dense.float() @ w_dense.float()), None, None
     yield "reference", lambda: reference(ogsgen_weights(), rd, kwargs), None, None
 
 
@@ -244,8 +253,8 @@ def markdown_table(rows) -> str:
     triton_kernels / ogsgen over the MoE cases."""
     graph = {(r["case"], r["impl"]): float(r["graph_us"]) for r in rows if r["graph_us"] not in ("", None)}
     ours = {r["case"]: r for r in rows if r["impl"] == "ogsgen" and (r["case"], "ogsgen") in graph}
-    lines = ["| case | ogsgen graph µs | TF/s | TB/s | triton_kernels µs | tk / ogsgen | torch µs | torch / ogsgen |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | ogsgen graph µs | TF/s | TB/s | triton_kernels µs | tk / ogsgen | torch µs | torch / ogsgen "
+             "| dense cuBLAS TF/s | ogsgen / dense |", "|---|---|---|---|---|---|---|---|---|---|"]
     ratios = {}
     for case, row in ours.items():
         t = graph[(case, "ogsgen")]
@@ -255,8 +264,11 @@ def markdown_table(rows) -> str:
                 cells[column] = f"{graph[(case, impl)]:.1f} | {graph[(case, impl)] / t:.2f}"
         if "T=" in case and "triton_kernels" in cells:
             ratios.setdefault(case.split()[-2], []).append(graph[(case, "triton_kernels")] / t)
+        dense = graph.get((case, "dense cuBLAS"))  # same flops: the TF/s ratio is the time ratio
+        dense_cells = (f"{float(row['tflops']) * t / dense:.1f} | {dense / t:.2f}" if dense else "n/a | n/a")
         lines.append(f"| {case} | {t:.1f} | {float(row['tflops']):.1f} | {float(row['tbps']):.2f} | "
-                     f"{cells.get('triton_kernels', 'n/a | n/a')} | {cells.get('torch', 'n/a | n/a')} |")
+                     f"{cells.get('triton_kernels', 'n/a | n/a')} | {cells.get('torch', 'n/a | n/a')} | "
+                     f"{dense_cells} |")
     lines.append("")
     off = [f"{r['case']} {r['impl']} ({float(r['rms_err']):.1e})" for r in rows
            if r.get("rms_err") not in (None, "", "n/a") and float(r["rms_err"]) > ERROR_LIMIT]
