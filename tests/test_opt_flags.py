@@ -20,6 +20,17 @@ def test_decode_tiles_of_16_bit_weights_take_two_warpgroups():
     assert _gpt_oss_w1(2, 32).num_warps == 4  # 32-row tiles: unchanged
 
 
+def test_decode_tiles_of_k_contiguous_16_bit_moe_weights_take_128_deep_k_steps():
+    # bench/results/2026-12-03c-kmajor: K-contiguous W at T=32, 16x128x128 with 4 warps 618 against 645 us
+    # (gpt-oss w1) and 2193 against 2376 (DeepSeek-V3 w1) for the N-contiguous tile.
+    k_major = make_opt_flags(2, 1, 128, 5760, 2880, 1, 128, 1, True, 132, w_k_major=True)
+    assert (k_major.block_m, k_major.block_n, k_major.block_k, k_major.num_warps, k_major.num_stages) == \
+        (16, 128, 128, 4, 4)
+    assert _tile(_gpt_oss_w1(2, 1))[:4] == (16, 128, 64, 8)  # N-contiguous: unchanged
+    dense = make_opt_flags(2, 1, 8, 5760, 2880, 1, None, 0, True, 132, w_k_major=True)
+    assert (dense.block_k, dense.num_warps) == (64, 8)  # dense calls: not measured, unchanged
+
+
 def _tile(flags):
     return flags.block_m, flags.block_n, flags.block_k, flags.num_warps, flags.num_stages, flags.wait_mma
 

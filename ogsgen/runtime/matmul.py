@@ -351,14 +351,16 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
     scales_n_contiguous = w_fmt.scaling == "block_e8m0" and pc.weight_scale.stride(-1) == 1
+    w_k_major = w_fmt.scaling == "none" and w.stride(-1) != 1
     flags = make_opt_flags(*flag_args, persistent_blocker(variant, x), scales_n_contiguous, gather_indx is not None,
-                           topk)
+                           topk, w_k_major)
     matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     if flags.persistent:
         y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
         if (tma_problem := tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
             # the tiled kernel, or the error if persistent was forced
-            flags = make_opt_flags(*flag_args, tma_problem, scales_n_contiguous, gather_indx is not None, topk)
+            flags = make_opt_flags(*flag_args, tma_problem, scales_n_contiguous, gather_indx is not None, topk,
+                                   w_k_major)
             matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()

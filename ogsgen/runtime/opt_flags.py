@@ -142,7 +142,7 @@ _HOST_HIDING_W_BYTES = 300 * 10**6
 
 
 def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_sms, w_mx_layout,
-               can_persist, mx_scales_n_contiguous, x_gathered, split_is_free) -> OptFlags:
+               can_persist, mx_scales_n_contiguous, x_gathered, split_is_free, w_k_major) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
     if (itemsize == 2 and w_mx_layout is None and n_expts is not None and m < n_expts and not x_gathered
@@ -158,8 +158,11 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
     wait_mma, maxnreg = False, None
     if itemsize == 2 and w_mx_layout is None and block_m == 16:
-        # Decode rows with 16-bit W: two warpgroups per 16x128 tile stream W faster (docs/heuristics.md).
+        # Decode rows with 16-bit W: two warpgroups per 16x128 tile stream W faster (docs/heuristics.md); MoE W stored
+        # K-contiguous streams faster in 128-deep K steps of one warpgroup (docs/heuristics.md, "K-contiguous W").
         num_warps = 8
+        if w_k_major and n_expts is not None and k >= 128:
+            block_k, num_warps = 128, 4
     stage_bytes = (block_m + block_n) * block_k * itemsize
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
     wide_tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, 256)
@@ -265,7 +268,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
                    bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = (),
                    persistent_blocker: str | None = "no persistent kernel was asked for",
                    mx_scales_n_contiguous: bool = False, x_gathered: bool = False,
-                   split_is_free: bool = False) -> OptFlags:
+                   split_is_free: bool = False, w_k_major: bool = False) -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
@@ -276,15 +279,16 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     ``mx_scales_n_contiguous``: MX scales stored with N contiguous (their tiles differ on Hopper).
     ``x_gathered``: rows read through a gather index (the persistent kernel copies them first).
     ``split_is_free``: split partials would be summed by a reduce the call launches anyway (a top-k combine).
+    ``w_k_major``: a plain 16-bit w stored K-contiguous (its last stride is not 1).
     """
     heuristic_args = (itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
                       n_sms, w_mx_layout)
     flags = _heuristic(*heuristic_args, persistent_blocker is None and not bitwise_invariant, mx_scales_n_contiguous,
-                       x_gathered, split_is_free)
+                       x_gathered, split_is_free, w_k_major)
     if flags.persistent and _tile_problem(flags, itemsize, reduction_n, w_mx_layout, y_mx) is not None:
         # The persistent kernel stores half tiles, of at least 8 output columns and of whole 32-column scale
         # groups for an MX output: where its tile's halves would not be, the tiled kernel (widened below for MX).
-        flags = _heuristic(*heuristic_args, False, mx_scales_n_contiguous, x_gathered, split_is_free)
+        flags = _heuristic(*heuristic_args, False, mx_scales_n_contiguous, x_gathered, split_is_free, w_k_major)
     # Tiles changed here drop the heuristic's register cap and wait for each wgmma, measured for its own tile.
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
