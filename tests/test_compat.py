@@ -60,6 +60,14 @@ def test_vllm_gpt_oss_call_pattern(device):
     assert_close(_torch_layer(*tensors, 2, logits).float(), out.float(), what="MoE layer")
 
 
+def test_activation_specs_built_per_call_cost_no_source_hashing():
+    # vLLM builds FnSpecs and FusedActivation on every forward call: the second build reuses the first's specs.
+    mo, _, sw, _ = _library("ogsgen.compat.triton_kernels")
+    first = mo.FusedActivation(mo.FnSpecs("swiglu", sw.swiglu_fn, ("alpha", "limit")), (1.702, 7.0), 2)
+    again = mo.FusedActivation(mo.FnSpecs("swiglu", sw.swiglu_fn, ("alpha", "limit")), (1.702, 7.0), 2)
+    assert again.specs is first.specs and first.specs == ogsgen.swiglu
+
+
 def test_process_wide_constraints_use_triton_kernels_names():
     _, _, _, opt_flags = _library("ogsgen.compat.triton_kernels")
     try:

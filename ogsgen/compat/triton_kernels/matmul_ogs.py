@@ -1,5 +1,6 @@
 """``triton_kernels.matmul_ogs``: the operator, its reference and its argument types."""
 from dataclasses import replace
+from functools import lru_cache
 
 from ...errors import UnsupportedError
 from ...runtime import matmul_ogs as _matmul_ogs
@@ -16,7 +17,18 @@ __all__ = ["Epilogue", "FlexCtx", "FnSpecs", "FusedActivation", "GatherIndx", "I
 def FnSpecs(name, fn, fn_arg_names, fn_arg_do_not_specialize=()):  # noqa: N802 (a class in triton_kernels)
     """triton_kernels' ``FnSpecs(name, fn, fn_arg_names, fn_arg_do_not_specialize)``; the activation's
     ``reduction_n`` comes with ``FusedActivation``, as there."""
-    return _FnSpecs(name, fn, tuple(fn_arg_names), tuple(fn_arg_do_not_specialize))
+    return _fn_specs(name, fn, tuple(fn_arg_names), tuple(fn_arg_do_not_specialize))
+
+
+# Callers build these per call (vLLM does); hashing a function's source costs milliseconds, so each is built once.
+@lru_cache(maxsize=256)
+def _fn_specs(name, fn, fn_arg_names, fn_arg_do_not_specialize):
+    return _FnSpecs(name, fn, fn_arg_names, fn_arg_do_not_specialize)
+
+
+@lru_cache(maxsize=256)
+def _with_reduction_n(specs, reduction_n):
+    return replace(specs, reduction_n=reduction_n)
 
 
 FnSpecs.default = _FnSpecs.default
@@ -26,7 +38,7 @@ def FusedActivation(specs=None, fn_args=(), reduction_n=1):  # noqa: N802 (a cla
     """triton_kernels' ``FusedActivation(specs, fn_args, reduction_n)``: ``reduction_n`` columns fold into one."""
     specs = _FnSpecs.default() if specs is None else specs
     if isinstance(specs, _FnSpecs) and not specs.is_default and specs.reduction_n != reduction_n:
-        specs = replace(specs, reduction_n=reduction_n)
+        specs = _with_reduction_n(specs, reduction_n)
     return _FusedActivation(specs, tuple(fn_args))
 
 
