@@ -1,14 +1,20 @@
 """Benchmark ogsgen's matmul_ogs against its peers on one GPU, in one run.
 
-    PYTHONPATH=.:third_party python bench/bench_moe.py --out bench/results/DATE   # third_party: triton_kernels
+    PYTHONPATH=.:third_party:third_party/vllm python bench/bench_moe.py --out bench/results/DATE
     python bench/bench_moe.py --table-from bench/results/DATE    # table.md again from results.csv (no GPU)
+
+third_party holds triton_kernels (bench/fetch_peers.py third_party) and third_party/vllm vLLM's fused_moe Triton
+kernel with its standalone launcher (../shared/tools/get_vllm_fused_moe.sh third_party/vllm); a peer that is not
+importable is left out of the run with a message.
 
 Shapes: gpt-oss-120b (E=128, top-4, K=2880; w1 N=5760 with gather, w2 N=2880 with scatter and gammas),
 DeepSeek-V3 w1 (E=256, top-8, K=7168, N=4096), T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880.
 Weights bf16, mxfp4 (ogsgen: the value layout prepare_expert_weights picks for this GPU, hopper on an H200, and
 its N-contiguous scales) and mxfp4-strided (ogsgen's strided layout); mxfp4-kscales (probes) keeps the scales
 K-contiguous; triton_kernels' mxfp4 uses its Hopper swizzled layouts. Peers, measured in
-the same process: triton_kernels' matmul_ogs (when importable), torch._grouped_mm (bf16, rows pre-sorted) and
+the same process: triton_kernels' matmul_ogs, vLLM's fused_moe Triton kernel (bf16: w1 as one launch with vLLM's
+default config for the H200, w2 as one launch that weights each row by its gate and a sum over the top-k, the
+expert alignment precomputed as in its TritonExperts path), torch._grouped_mm (bf16, rows pre-sorted) and
 torch.matmul (dense).
 
 Timing: triton.testing.do_bench (eager) and do_bench_cudagraph (graph), medians; a case's implementations take
@@ -88,6 +94,42 @@ def triton_kernels_or_none():
         return None
 
 
+def vllm_or_none():
+    try:
+        import vllm_peer_launch
+        return vllm_peer_launch
+    except Exception as exc:  # not on PYTHONPATH, or an incompatible copy
+        print(f"vLLM's fused_moe kernel not importable ({type(exc).__name__}: {exc}); peer left out", file=sys.stderr)
+        return None
+
+
+def vllm_fused_moe(vllm, x, w, logits, top_k, mode):
+    """vLLM's fused_moe kernel on ogsgen's weights (passed as (E, N, K): the same memory, whatever its layout) and
+    the same routing (top-k of the logits, gates renormalized by a softmax over the chosen logits), then its
+    float32 reference: w1 (gather) gives y (T, top_k, N); w2 (scatter) reads x's rows in gate order (t*top_k+j) and
+    gives y (T, N), each gate's row weighted by its gate and summed, as vLLM's fused_experts does."""
+    chosen = torch.topk(logits, top_k, dim=1)
+    topk_ids, gates = chosen.indices.to(torch.int32), torch.softmax(chosen.values, dim=1)
+    tokens, w_enk = logits.shape[0], w.mT
+    config = vllm.get_default_config(tokens, w.shape[0])
+    if mode == "gather":
+        return vllm.VllmW1(x, w_enk, topk_ids, config), lambda: vllm.torch_reference(x, w, topk_ids)
+    # w2: the same alignment over gates t*top_k+j, A's rows are those gates (top_k 1 in the kernel)
+    sorted_ids, expert_ids, padded_rows = vllm.prepare_expert_assignment(topk_ids, config, tokens, top_k, w.shape[0])
+    flat_gates = gates.reshape(-1).contiguous()
+    rows_out = torch.empty(x.shape[0], 1, w.shape[2], device=x.device, dtype=x.dtype)
+
+    def w2():
+        vllm.invoke_fused_moe_kernel(x, w_enk, rows_out, flat_gates, sorted_ids, expert_ids, padded_rows, True, 1,
+                                     config)
+        return rows_out.view(tokens, top_k, -1).sum(1)
+
+    def reference():
+        per_gate = vllm.torch_reference(x, w, topk_ids.reshape(-1, 1)).view(tokens, top_k, -1)
+        return (per_gate * gates.unsqueeze(2)).sum(1)
+    return w2, reference
+
+
 def triton_kernels_mxfp4(dense_w):
     """triton_kernels' own mxfp4 weights for Hopper (its swizzled value and scale layouts), as vLLM prepares them,
     and a function giving them back dequantized (bf16, exact) for the reference."""
@@ -115,10 +157,11 @@ def case_logits(name, tokens) -> torch.Tensor:
     return torch.randn(tokens, MOE_SHAPES[name][0], device="cuda")
 
 
-def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen):
+def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=None):
     """(implementation, call, flops, bytes moved) of one MoE case, then its references; ``logits``: the router's
     (tokens, experts) logits, the case's own (``case_logits``) unless given (a probe's chosen routing); ``lib``: the
-    ogsgen package whose calls are timed (a probe imports an earlier tree's under another name)."""
+    ogsgen package whose calls are timed (a probe imports an earlier tree's under another name); ``vllm``: the
+    vLLM peer's launcher module (vllm_or_none), timed on the bf16 formats."""
     n_expts, top_k, k, n, mode = MOE_SHAPES[name]
     device = "cuda"
     drawn = case_logits(name, tokens)  # drawn either way: x and w stay the case's own
@@ -180,6 +223,10 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen):
         yield "triton_kernels", run_triton_kernels, flops, bytes_moved
         # Its own reference: its routing's row order, and for mxfp4 its own quantization of the same weights.
         yield "reference triton_kernels", lambda: reference(t_dequantized(), t_rd, t_indices), None, None
+    if weight_format.startswith("bf16") and vllm is not None:
+        run_vllm, vllm_reference = vllm_fused_moe(vllm, x, w, logits, top_k, mode)
+        yield "vLLM fused_moe", run_vllm, flops, bytes_moved
+        yield "reference vLLM fused_moe", vllm_reference, None, None
     if weight_format.startswith("bf16"):
         if hasattr(torch, "_grouped_mm"):
             x_sorted = (x[gi.src_indx.long() // top_k] if mode == "gather" else x).contiguous()
@@ -221,7 +268,8 @@ def host_overhead_us(fn, calls=200):
     return total / calls * 1e6
 
 
-PEERS = (("triton_kernels", "triton_kernels"), ("torch._grouped_mm", "torch"), ("torch.matmul", "torch"))
+PEERS = (("triton_kernels", "triton_kernels"), ("vLLM fused_moe", "vllm"), ("torch._grouped_mm", "torch"),
+         ("torch.matmul", "torch"))
 ERROR_LIMIT = 1e-2  # relative rms error; bf16 rounding gives ~4e-3, a corrupted result ~1e-1
 
 
@@ -253,22 +301,23 @@ def markdown_table(rows) -> str:
     triton_kernels / ogsgen over the MoE cases."""
     graph = {(r["case"], r["impl"]): float(r["graph_us"]) for r in rows if r["graph_us"] not in ("", None)}
     ours = {r["case"]: r for r in rows if r["impl"] == "ogsgen" and (r["case"], "ogsgen") in graph}
-    lines = ["| case | ogsgen graph µs | TF/s | TB/s | triton_kernels µs | tk / ogsgen | torch µs | torch / ogsgen "
-             "| dense cuBLAS TF/s | ogsgen / dense |", "|---|---|---|---|---|---|---|---|---|---|"]
-    ratios = {}
+    lines = ["| case | ogsgen graph µs | TF/s | TB/s | triton_kernels µs | tk / ogsgen | vLLM fused_moe µs "
+             "| vLLM / ogsgen | torch µs | torch / ogsgen | dense cuBLAS TF/s | ogsgen / dense |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    ratios = {}  # (peer column, weight format): peer / ogsgen over the MoE cases
     for case, row in ours.items():
         t = graph[(case, "ogsgen")]
         cells = {}
         for impl, column in PEERS:
             if (case, impl) in graph:
                 cells[column] = f"{graph[(case, impl)]:.1f} | {graph[(case, impl)] / t:.2f}"
-        if "T=" in case and "triton_kernels" in cells:
-            ratios.setdefault(case.split()[-2], []).append(graph[(case, "triton_kernels")] / t)
+                if "T=" in case and column != "torch":
+                    ratios.setdefault((impl, case.split()[-2]), []).append(graph[(case, impl)] / t)
         dense = graph.get((case, "dense cuBLAS"))  # same flops: the TF/s ratio is the time ratio
         dense_cells = (f"{float(row['tflops']) * t / dense:.1f} | {dense / t:.2f}" if dense else "n/a | n/a")
         lines.append(f"| {case} | {t:.1f} | {float(row['tflops']):.1f} | {float(row['tbps']):.2f} | "
-                     f"{cells.get('triton_kernels', 'n/a | n/a')} | {cells.get('torch', 'n/a | n/a')} | "
-                     f"{dense_cells} |")
+                     + " | ".join(cells.get(column, "n/a | n/a") for column in ("triton_kernels", "vllm", "torch"))
+                     + f" | {dense_cells} |")
     lines.append("")
     off = [f"{r['case']} {r['impl']} ({float(r['rms_err']):.1e})" for r in rows
            if r.get("rms_err") not in (None, "", "n/a") and float(r["rms_err"]) > ERROR_LIMIT]
@@ -278,9 +327,9 @@ def markdown_table(rows) -> str:
     if replaced:
         lines.append(f"- ogsgen MX binaries with the wgmma register hazard, run instead as (fallback tile, or wait): "
                      f"{'; '.join(replaced)}")
-    for weight_format, values in ratios.items():
+    for (peer, weight_format), values in ratios.items():
         geomean = math.exp(sum(math.log(v) for v in values) / len(values))
-        lines.append(f"- {weight_format} MoE, {len(values)} cases: triton_kernels / ogsgen geometric mean "
+        lines.append(f"- {weight_format} MoE, {len(values)} cases: {peer} / ogsgen geometric mean "
                      f"{geomean:.2f}, minimum {min(values):.2f}")
     return "\n".join(lines) + "\n"
 
@@ -348,10 +397,11 @@ def main():
     if args.out is None:
         parser.error("--out DIR is required (or --table-from DIR)")
     args.out.mkdir(parents=True, exist_ok=True)
-    tk = triton_kernels_or_none()
+    tk, vllm = triton_kernels_or_none(), vllm_or_none()
     env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
            "torch": torch.__version__, "triton": triton.__version__, "ogsgen": ogsgen.__version__,
            "python": platform.python_version(), "triton_kernels": tk is not None,
+           "vllm_fused_moe": vllm is not None,
            "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
     (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     rows = []
@@ -359,14 +409,15 @@ def main():
     for name in args.shapes:
         for weight_format in args.formats:
             for tokens in args.tokens:
-                rows += measure_case(f"{name} {weight_format} T={tokens}", moe_cases(name, tokens, weight_format, tk))
+                rows += measure_case(f"{name} {weight_format} T={tokens}", moe_cases(name, tokens, weight_format, tk,
+                                                                                          vllm=vllm))
                 write_csv(rows, args.out / "results.csv")  # what is measured so far survives a later failure
                 torch.cuda.empty_cache()
     if not args.no_dense:
         for m, n, k in DENSE_SHAPES:
             rows += measure_case(f"dense bf16 {m}x{n}x{k}", dense_cases(m, n, k, tk))
     # Host overhead of one eager call of a cached variant (gpt-oss w1, T=1, gather, bf16).
-    for impl, fn, _, _ in moe_cases("gpt-oss w1", 1, "bf16", tk):
+    for impl, fn, _, _ in moe_cases("gpt-oss w1", 1, "bf16", tk, vllm=vllm):
         if impl.startswith("reference"):
             continue
         rows.append(dict(case="host overhead T=1 gather", impl=impl, eager_us=host_overhead_us(fn), graph_us="",
