@@ -40,6 +40,20 @@ class RoutingData:
         return triton.cdiv(max(n_rows - self.n_expts_tot + 1, 0), block_m) + self.n_expts_tot - 1
 
 
+@dataclass
+class InnerRoutingData:
+    """The ragged axis is K (an expert weights' gradient, dW[e] = X[seg e]^T @ dY[seg e]): ``matmul_ogs(x, w, None,
+    inner_routing_data=...)`` gives y (E, M, N) with y[e] = x[:, segment e] @ w[segment e, :], where expert e's
+    segment has ``base.expt_hist[e]`` entries along x's columns and w's rows, in expert order. A padded operand
+    (``x_is_padded``, ``w_is_padded``) starts each segment at a multiple of ``block_k`` (the K tile; one of 16,
+    32, 64, 128); an unpadded one at the running sum of the histogram. ogsgen masks every segment's end, so the
+    padding and the unused tail may hold anything (NaN included). ``base.expt_data`` is made when missing."""
+    base: RoutingData
+    block_k: int = 32
+    x_is_padded: bool = False
+    w_is_padded: bool = False
+
+
 @dataclass(frozen=True)
 class InFlexData:
     dtype: torch.dtype | None = None

@@ -5,8 +5,8 @@ import triton
 import triton.language as tl
 
 import ogsgen
-from ogsgen import (Epilogue, FusedActivation, GatherIndx, PrecisionConfig, SpecError, UnsupportedError,
-                    matmul_ogs)
+from ogsgen import (Epilogue, FusedActivation, GatherIndx, PrecisionConfig, SpecError, SpecTypeError,
+                    UnsupportedError, matmul_ogs)
 
 
 def _xw(device, m=8, k=16, n=32, dtype=torch.float16):
@@ -44,7 +44,7 @@ def _xw(device, m=8, k=16, n=32, dtype=torch.float16):
     (lambda x, w: (x, w, {"gather_indx": GatherIndx(torch.zeros(8, dtype=torch.int32),
                                                      torch.zeros(8, dtype=torch.int32))}),
      SpecError, "gather_indx and scatter_indx index expert-sorted rows: pass routing_data"),
-    (lambda x, w: (x, w, {"inner_routing_data": object()}), UnsupportedError, "inner_routing_data is not supported"),
+    (lambda x, w: (x, w, {"inner_routing_data": object()}), SpecTypeError, "must be an ogsgen.InnerRoutingData"),
     (lambda x, w: (x, w, {"fused_comm": object()}), UnsupportedError, "fused_comm is not supported"),
     (lambda x, w: (x, w, {"precision_config": PrecisionConfig(weight_scale=torch.zeros(1))}), SpecError,
      "precision_config.weight_scale makes w an mx tensor: w must be uint8"),

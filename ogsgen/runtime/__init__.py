@@ -1,7 +1,7 @@
 """The runtime: opt-flags heuristics, the kernel loader and the matmul_ogs entry point (and, re-exported, the
 argument types of ogsgen.types)."""
-from ..types import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OutFlexData, PrecisionConfig,
-                     RoutingData, ScatterIndx)
+from ..types import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, InnerRoutingData, OutFlexData,
+                     PrecisionConfig, RoutingData, ScatterIndx)
 from .loader import add_search_path, kernel_for, search_path, set_on_demand
 from .matmul import matmul_ogs
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
@@ -10,5 +10,5 @@ from .reference import matmul_ogs_torch
 __all__ = [
     "add_search_path", "kernel_for", "search_path", "set_on_demand", "matmul_ogs", "matmul_ogs_torch", "OptFlags",
     "make_opt_flags", "opt_flags_constraints", "Epilogue", "FlexCtx", "FusedActivation", "GatherIndx",
-    "InFlexData", "OutFlexData", "PrecisionConfig", "RoutingData", "ScatterIndx",
+    "InFlexData", "InnerRoutingData", "OutFlexData", "PrecisionConfig", "RoutingData", "ScatterIndx",
 ]

@@ -21,6 +21,7 @@ from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_pla
 from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 from . import launcher, loader, memory, plans, wgmma_hazards
 from .arguments import Call, MatmulInputs, ReduceInputs, cdiv, matmul_launch, reduce_launch
+from .inner import inner_matmul
 from .opt_flags import current_constraints, make_opt_flags
 from .validation import (check_argument_types, check_devices, check_distinct_elements, check_routing, check_scales,
                          check_tensor, check_vector, named_tensors, operand_formats, persistent_blocker, reinterpret,
@@ -127,14 +128,8 @@ _DEFAULT_PRECISION, _NO_ACTIVATION, _NO_EPILOGUE = PrecisionConfig(), FusedActiv
 def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, precision_config=None,
                betas=None, gammas=None, out_alpha=None, y=None, fused_comm=None, fused_activation=None,
                epilogue=None, y_acc_in=None, inner_routing_data=None):
-    """Y = epilogue(y_acc_in + gammas * act(out_alpha * (X @ W + betas * bias))), dense, batched or MoE.
-
-    Dense: x (M, K), w (K, N), bias (N,). Batched: x (B, M, K), w (B, K, N), bias (B, N) or (N,).
-    MoE (``routing_data`` with a histogram): w (E, K, N), bias (E, N); rows sorted by expert, read
-    through ``gather_indx`` (x holds tokens) and written through ``scatter_indx`` (the k expert
-    outputs of a token are summed; dropped gates add nothing). The result has ``N // reduction_n``
-    columns and dtype ``precision_config.out_dtype`` or x.dtype; a preallocated ``y`` (any strides)
-    is written and returned.
+    """The launch path of ``ogsgen.matmul_ogs`` (ogsgen.ops.api, which documents the arguments): checks a call,
+    picks its kernel variants and launch parameters and launches them, without autograd.
 
     A call whose signature (shapes, strides, dtypes, devices and alignment of the tensors, values of the
     rest) an earlier call had replays that call's launch plan (``ogsgen.runtime.plans``) without checking
@@ -179,8 +174,9 @@ def _requires_grad(*tensors) -> bool:
 def _refuse_gradients(**tensors):
     for name, t in tensors.items():
         if getattr(t, "requires_grad", False):
-            raise UnsupportedError(f"{name} requires grad, but matmul_ogs has no autograd yet: its result would have "
-                                   f"no gradient. Call it under torch.no_grad() or pass {name}.detach()")
+            raise UnsupportedError(f"{name} requires grad, but ogsgen.runtime.matmul_ogs (the launch path) has no "
+                                   f"autograd: call ogsgen.matmul_ogs, which is differentiable, or call this one "
+                                   f"under torch.no_grad() with {name}.detach()")
 
 
 def _check_routing_on_host(x, routing_data, gather_indx, scatter_indx):
@@ -234,7 +230,10 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                         fused_comm, act, epi, y_acc_in, inner_routing_data):
     """``matmul_ogs`` with every argument checked, for the first call of a signature."""
     check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi)
-    reject_unsupported(fused_comm, inner_routing_data, pc)
+    reject_unsupported(fused_comm, pc)
+    if inner_routing_data is not None:
+        return inner_matmul(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
+                            epi, y_acc_in, inner_routing_data)
     check_tensor(x, "x", ndims=(2, 3))
     if not isinstance(w, SwizzledMxValues):
         check_tensor(w, "w", ndims=(2, 3))

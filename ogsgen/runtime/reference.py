@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import SpecError, UnsupportedError
+from ..errors import SpecError
 from ..types import Epilogue, FusedActivation, PrecisionConfig
 
 
@@ -26,11 +26,12 @@ def matmul_ogs_torch(x, w, bias, routing_data=None, gather_indx=None, scatter_in
     ``reference(tile, rows, cols, *values)`` with the output row and column indices.
 
     In MoE mode without a scatter, output rows past the routed ones (present only when gates are
-    dropped) are zero here and left unwritten by ``matmul_ogs``.
+    dropped) are zero here and left unwritten by ``matmul_ogs``. With ``inner_routing_data`` (ragged K):
+    y[e] = x[:, segment e] @ w[segment e, :] (+ y_acc_in[e]), x's columns gathered through ``gather_indx``.
     """
-    if inner_routing_data is not None:
-        raise UnsupportedError("matmul_ogs_torch: inner_routing_data is not supported yet")
     pc = precision_config if precision_config is not None else PrecisionConfig()
+    if inner_routing_data is not None:
+        return _inner_reference(x, w, gather_indx, inner_routing_data, y_acc_in).to(pc.out_dtype or x.dtype)
     act = fused_activation if fused_activation is not None else FusedActivation()
     epi = epilogue if epilogue is not None else Epilogue()
     round_x = round_x or (lambda t, rows: t)
@@ -84,3 +85,24 @@ def matmul_ogs_torch(x, w, bias, routing_data=None, gather_indx=None, scatter_in
                             for o in outs]) if len(outs) else outs
     outs = outs.to(pc.out_dtype or x.dtype)
     return outs if x.ndim == 3 else outs[0]
+
+
+def _inner_reference(x, w, gather_indx, inner, y_acc_in) -> torch.Tensor:
+    """Ragged K in float32: each expert's segment of x's columns (or gathered columns) and w's rows."""
+    counts = inner.base.expt_hist.long().tolist()
+    k = inner.base.n_expts_act
+    out = torch.zeros((len(counts), x.shape[0], w.shape[1]), device=x.device)
+    start = padded_start = 0
+    for expert, count in enumerate(counts):
+        x_start = padded_start if inner.x_is_padded else start
+        w_start = padded_start if inner.w_is_padded else start
+        if gather_indx is not None:
+            columns = x[:, gather_indx.src_indx[start:start + count].long() // k]
+        else:
+            columns = x[:, x_start:x_start + count]
+        out[expert] = columns.float() @ w[w_start:w_start + count].float()
+        start += count
+        padded_start += -(-count // inner.block_k) * inner.block_k
+    if y_acc_in is not None:
+        out += y_acc_in.float()
+    return out

@@ -103,10 +103,9 @@ def check_distinct_elements(tensors: dict) -> None:
                                 f"overlap each other; pass a tensor with distinct elements ({name}.contiguous())")
 
 
-def reject_unsupported(fused_comm, inner_routing_data, pc: PrecisionConfig):
+def reject_unsupported(fused_comm, pc: PrecisionConfig):
     unsupported = {
         "fused_comm": fused_comm is not None,
-        "inner_routing_data": inner_routing_data is not None,
         "precision_config.flex_ctx.acc_data (a y_acc_in scale)": pc.flex_ctx.acc_data.scale is not None,
     }
     for name, used in unsupported.items():

@@ -77,7 +77,8 @@ def variant_product(formats, activations=(None,), epilogues=(None,), family="mat
 
 
 def default_catalog() -> Catalog:
-    """Dense and batched matmuls (the router too), and the MoE shapes of gpt-oss, DeepSeek, Qwen, Mixtral."""
+    """Dense and batched matmuls (the router too), the MoE shapes of gpt-oss, DeepSeek, Qwen, Mixtral, and the ragged-K
+    products of their weight gradients."""
     dense_formats = [(BF16, BF16, BF16), (FP16, FP16, FP16), (FP32, FP32, FP32),
                      (BF16, BF16, FP32), (FP16, FP16, FP32)]
     moe_formats = [(BF16, BF16, BF16), (FP16, FP16, FP16)]
@@ -91,6 +92,12 @@ def default_catalog() -> Catalog:
         # Rows already sorted by expert (no gather/scatter).
         *variant_product(moe_formats, activations=(None, swiglu), ragged=(True,), bias=(False, True),
                          gammas=(False, True)),
+        # Ragged K, the expert weights' gradient in training (dW[e] = X[seg e]^T @ dY[seg e]): X sorted, or the first
+        # MoE matmul's tokens read through its gather; fp32 gradients accumulated in place with y_acc_in.
+        *variant_product([*moe_formats, (BF16, BF16, FP32), (FP16, FP16, FP32), (FP32, FP32, FP32)], inner=(True,),
+                         gather=(False, True)),
+        *variant_product([(BF16, BF16, FP32), (FP16, FP16, FP32), (FP32, FP32, FP32)], inner=(True,),
+                         gather=(False, True), y_acc_in=(True,)),
         # gpt-oss ships mxfp4 expert weights (bf16 activations); fp8 weights with per-tensor or per-expert
         # scales, with fp8 or bf16 activations (DeepSeek-style and weight-only serving).
         # mxfp4 in both value layouts: strided (any GPU) and hopper (what prepare_expert_weights makes on Hopper).

@@ -71,6 +71,8 @@ def _epilogue_values(a) -> tuple:
 
 # Conditions on the variant.
 def _ragged(v): return v.ragged
+def _inner(v): return v.inner
+def _not_inner(v): return not v.inner
 def _not_ragged(v): return not v.ragged
 def _split(v): return v.can_split_k
 def _w_mx(v): return v.w.scaling == "block_e8m0"
@@ -158,7 +160,7 @@ _MATMUL_TILES = (Param("BLOCK_M", lambda a: a.flags.block_m, constexpr=True),
 _OFFSETS_64 = Param("OFFSETS_64", lambda a: a.offsets_64, constexpr=True)
 _M = Param("M", lambda a: a.call.m, _not_ragged, per_call=True)
 _N = Param("N", lambda a: a.call.n)
-_K = Param("K", lambda a: a.call.k)
+_K = Param("K", lambda a: a.call.k, _not_inner)
 
 
 def _y_pointer_params(split: bool) -> tuple[Param, ...]:
@@ -192,6 +194,11 @@ TILED = (
      Param("SliceOffs", lambda a: a.call.routing.expt_data.slice_offs, _ragged),
      Param("BlockSchedule", lambda a: a.call.routing.expt_data.block_schedule(a.flags.block_m), _ragged),
      Param("n_row_tiles", lambda a: a.n_row_tiles, _ragged, per_call=True)),
+    # Ragged K: expert e's segment of x's columns and w's rows (unpadded at SliceOffs[e], padded at
+    # BlockOffs[e] * BLOCK_K).
+    (Param("SliceSizes", lambda a: a.call.routing.expt_data.slice_sizes, _inner),
+     Param("SliceOffs", lambda a: a.call.routing.expt_data.slice_offs, _inner),
+     Param("BlockOffs", lambda a: a.call.routing.expt_data.block_offs(a.flags.block_k), _inner)),
     (Param("GatherIndx", lambda a: a.call.gather_indx.src_indx, lambda v: v.gather),
      Param("n_expts_act", lambda a: a.call.routing.n_expts_act, lambda v: v.gather, per_call=True)),
     *_MATMUL_EPILOGUE,
@@ -203,7 +210,10 @@ TILED = (
            constexpr=True),),
     _SATURATE,
     _MATMUL_TILES,
-    (Param("EVEN_K", lambda a: a.call.k % a.flags.block_k == 0 and a.call.k > 0, constexpr=True),
+    (Param("X_PADDED", lambda a: a.call.inner.x_is_padded, lambda v: v.inner and not v.gather, constexpr=True),
+     Param("W_PADDED", lambda a: a.call.inner.w_is_padded, _inner, constexpr=True)),
+    (Param("EVEN_K", lambda a: a.call.k % a.flags.block_k == 0 and a.call.k > 0 and not a.variant.inner,
+           constexpr=True),
      Param("WAIT_MMA", lambda a: a.flags.wait_mma, _w_mx, constexpr=True),
      Param("W_SCALES_AT_MOST_2", lambda a: a.w_scales_at_most_2, _w_hopper, constexpr=True),
      _OFFSETS_64),

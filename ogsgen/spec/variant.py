@@ -8,7 +8,9 @@ shows. It reads left to right as: family, formats, structural features, activati
 Families:
 
 * ``matmul``: ``Y = epilogue(y_acc_in + gammas * act(out_alpha * (X @ W + betas * bias)))`` for
-  dense, batched or ragged (expert-sorted, optionally gathered and scattered) rows;
+  dense, batched or ragged (expert-sorted, optionally gathered and scattered) rows; with ``inner``, the ragged
+  axis is K instead (the expert weights' gradient): ``Y[e] = y_acc_in[e] + X[:, segment e] @ W[segment e, :]``,
+  X's columns optionally gathered (``gather``: column p reads x column ``gather_indx[p] // n_expts_act``);
 * ``reduce``: sums partial results (split K, or the k expert outputs of each token after a scatter)
   and applies what the matmul could not: activation, gammas, epilogue.
 
@@ -31,7 +33,7 @@ FAMILIES = {
 }
 
 # Structural features in the order they appear in canonical names.
-FEATURES = ("ragged", "gather", "scatter", "bias", "betas", "gammas", "y_acc_in")
+FEATURES = ("ragged", "inner", "gather", "scatter", "bias", "betas", "gammas", "y_acc_in")
 _REDUCE_FEATURES = ("scatter", "gammas")
 
 
@@ -42,6 +44,7 @@ class KernelVariant:
     y: NumericFormat
     family: str = "matmul"
     ragged: bool = False
+    inner: bool = False
     gather: bool = False
     scatter: bool = False
     bias: bool = False
@@ -70,8 +73,15 @@ class KernelVariant:
                 spec.check_signature(fn_kind)
         if self.betas and not self.bias:
             raise SpecError("KernelVariant: betas scale the bias, so betas=True needs bias=True")
-        if (self.gather or self.scatter) and not self.ragged and self.family == "matmul":
-            raise SpecError("KernelVariant: gather and scatter index expert-sorted rows, so they need ragged=True")
+        if self.inner:
+            mixed = [f for f in ("ragged", "scatter", "bias", "betas", "gammas") if getattr(self, f)]
+            mixed += [kind for kind in ("activation", "epilogue") if getattr(self, kind) is not None]
+            if mixed:
+                raise SpecError(f"KernelVariant: inner=True (ragged K, an expert weights' gradient) computes plain "
+                                f"per-expert products; it takes gather and y_acc_in, not {mixed}")
+        elif (self.gather or self.scatter) and not self.ragged and self.family == "matmul":
+            raise SpecError("KernelVariant: gather and scatter index expert-sorted rows, so they need ragged=True "
+                            "(or inner=True, where gather reads X's columns)")
         if self.y_acc_in and self.scatter:
             raise SpecError("KernelVariant: y_acc_in accumulates into unscattered rows; it cannot be combined "
                             "with scatter")
@@ -110,7 +120,7 @@ class KernelVariant:
     def can_split_k(self) -> bool:
         """Whether this matmul can write split-K partials: fp32 out and nothing nonlinear after the dot."""
         return (self.family == "matmul" and self.y == FP32 and not self.scatter and not self.y_acc_in
-                and not self.gammas and self.activation is None and self.epilogue is None)
+                and not self.inner and not self.gammas and self.activation is None and self.epilogue is None)
 
     @property
     def fp8_dot(self) -> bool:
@@ -122,7 +132,8 @@ class KernelVariant:
         """Whether the variant also has a persistent kernel fed by TMA (``<name>_persistent``, for Hopper and
         later): plain 16-bit x and w of one format, whose tiles go to the MMA as loaded. With a gather, that
         kernel reads x already gathered into the sorted rows' order (Hopper's TMA cannot gather rows)."""
-        return self.family == "matmul" and self.x == self.w and self.x.bits == 16 and self.x.scaling == "none"
+        return (self.family == "matmul" and not self.inner and self.x == self.w and self.x.bits == 16
+                and self.x.scaling == "none")
 
     @cached_property
     def persistent_stores_y_by_tma(self) -> bool:
@@ -158,6 +169,9 @@ class KernelVariant:
             return
         if self.y.scaling == "block_e8m0" and self.y.element == "e2m1":
             raise UnsupportedError(f"{name}: MX outputs are mxfp8 (e4m3 or e5m2), not mxfp4")
+        if self.inner and not (self.x == self.w and self.x.scaling == "none" and self.y.scaling == "none"):
+            raise UnsupportedError(f"{name}: inner (ragged-K) products take plain bf16, fp16 or fp32 x and w of one "
+                                   f"format and a plain y")
         x_plain = self.x.scaling == "none"
         if self.w.scaling == "block_e8m0" and not (x_plain and self.x.bits == 16):
             raise UnsupportedError(f"{name}: MX weights need bf16 or fp16 x (dequantized in the kernel)")
@@ -244,7 +258,7 @@ def topk_split_k_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVari
 
 def companions(variant: KernelVariant) -> list[KernelVariant]:
     """The other variants a call of ``variant`` may launch (split K, top-k combine)."""
-    if variant.family != "matmul":
+    if variant.family != "matmul" or variant.inner:
         return []
     if variant.scatter:
         return list(topk_plan(variant)) + (list(topk_split_k_plan(variant)) if variant.activation is None else [])
