@@ -14,9 +14,10 @@ _LAZY = {
     ".spec.builtins": ("swiglu", "swiglu_torch"),
     ".moe": ("prepare_expert_weights", "routing", "routing_from_topk"),
     ".numerics": ("SwizzledMxValues", "bound_mx_scales", "swizzle_mx_values", "unswizzle_mx_values"),
-    ".runtime": ("Epilogue", "FlexCtx", "FusedActivation", "GatherIndx", "InFlexData", "OptFlags", "OutFlexData",
-                 "PrecisionConfig", "RoutingData", "ScatterIndx", "add_search_path", "matmul_ogs", "matmul_ogs_torch",
-                 "opt_flags_constraints", "set_on_demand"),
+    ".ops": ("matmul_ogs",),
+    ".runtime": ("Epilogue", "FlexCtx", "FusedActivation", "GatherIndx", "InFlexData", "InnerRoutingData",
+                 "OptFlags", "OutFlexData", "PrecisionConfig", "RoutingData", "ScatterIndx", "add_search_path",
+                 "matmul_ogs_torch", "opt_flags_constraints", "set_on_demand"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 

@@ -77,16 +77,20 @@ def test_disjoint_views_of_one_buffer_are_accepted(device):
     assert_close(x.float() @ w.float(), out.float())
 
 
-def test_gradients_are_refused_until_autograd_exists(device):
+def test_the_launch_path_refuses_gradients(device):
+    # ogsgen.matmul_ogs is differentiable (tests/test_autograd.py); the runtime's launch path under it is not, and
+    # says so rather than return a result without a gradient.
+    from ogsgen.runtime import matmul_ogs as launch_path
     x, w = _square(device)
     x.requires_grad_(True)
-    with pytest.raises(ogsgen.UnsupportedError, match=r"x requires grad, but matmul_ogs has no autograd yet"):
-        matmul_ogs(x, w, None)
+    with pytest.raises(ogsgen.UnsupportedError, match=r"x requires grad, but ogsgen.runtime.matmul_ogs"):
+        launch_path(x, w, None)
     bias = torch.zeros(32, device=device, requires_grad=True)
     with pytest.raises(ogsgen.UnsupportedError, match="bias requires grad"):
-        matmul_ogs(x.detach(), w, bias)
+        launch_path(x.detach(), w, bias)
     with torch.no_grad():
-        assert_close(x.detach().float() @ w.float(), matmul_ogs(x, w, None).float())
+        assert_close(x.detach().float() @ w.float(), launch_path(x, w, None).float())
+    assert matmul_ogs(x, w, None).grad_fn is not None
 
 
 def test_replay_guard_agrees_with_the_checked_path():

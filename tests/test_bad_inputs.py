@@ -192,10 +192,11 @@ MATMUL_OPERANDS = [
     bad("batched-B-above-grid-limit", lambda c: matmul_ogs(c.x[:1].expand(70000, 1, K), c.w.expand(70000, K, N),
                                                              None),
         r"batched x has B=70000", r"split the batch"),
-    bad("x-requires-grad", lambda c: matmul_ogs(c.x.requires_grad_(), c.w, None), r"x requires grad",
-        r"torch\.no_grad\(\)|x\.detach\(\)", exc=Unsupported),
-    bad("bias-requires-grad", lambda c: matmul_ogs(c.x, c.w, c.zeros(N).requires_grad_()), r"bias requires grad",
-        r"bias\.detach\(\)", exc=Unsupported),
+    # gradients: matmul_ogs is differentiable (tests/test_autograd.py), not with everything it takes
+    bad("grad-with-preallocated-y", lambda c: matmul_ogs(c.x.requires_grad_(), c.w, None, y=c.zeros(M, N)),
+        r"y \(a preallocated output\)", r"torch\.no_grad\(\)", exc=Unsupported),
+    bad("grad-for-fp8-w", lambda c: matmul_ogs(c.x.bfloat16().requires_grad_(), c.w.to(torch.float8_e4m3fn), None),
+        r"w must be a bf16, fp16 or fp32 tensor", r"torch\.no_grad\(\)", exc=Unsupported),
 ]
 
 MATMUL_DEVICES = [

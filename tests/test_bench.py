@@ -16,6 +16,7 @@ def test_markdown_table_ratios_and_geometric_means():
     rows = [_row("gpt-oss w1 bf16 T=1", "ogsgen", "40.0", "3.3", "3.32"),
             _row("gpt-oss w1 bf16 T=1", "triton_kernels", "60.0"),
             _row("gpt-oss w1 bf16 T=1", "torch._grouped_mm", "20.0"),
+            _row("gpt-oss w1 bf16 T=1", "vLLM fused_moe", "50.0"),
             _row("gpt-oss w1 bf16 T=8", "ogsgen", "100.0", "4.5", "4.26"),
             _row("gpt-oss w1 bf16 T=8", "triton_kernels", "200.0"),
             _row("gpt-oss w1 mxfp4 T=1", "ogsgen", "50.0", "3.6", "0.90"),
@@ -24,12 +25,13 @@ def test_markdown_table_ratios_and_geometric_means():
             _row("dense bf16 64x64x64", "torch.matmul", "5.0"),
             _row("host overhead T=1 gather", "ogsgen", "")]
     table = markdown_table(rows)
-    assert "| gpt-oss w1 bf16 T=1 | 40.0 | 3.3 | 3.32 | 60.0 | 1.50 | 20.0 | 0.50 |" in table
-    assert "| gpt-oss w1 mxfp4 T=1 | 50.0 | 3.6 | 0.90 | n/a | n/a | n/a | n/a |" in table
-    assert "| dense bf16 64x64x64 | 10.0 | 1.0 | 1.00 | n/a | n/a | 5.0 | 0.50 |" in table
+    assert "| gpt-oss w1 bf16 T=1 | 40.0 | 3.3 | 3.32 | 60.0 | 1.50 | 50.0 | 1.25 | 20.0 | 0.50 | n/a | n/a |" in table
+    assert "| gpt-oss w1 mxfp4 T=1 | 50.0 | 3.6 | 0.90 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |" in table
+    assert "| dense bf16 64x64x64 | 10.0 | 1.0 | 1.00 | n/a | n/a | n/a | n/a | 5.0 | 0.50 | n/a | n/a |" in table
     assert "host overhead" not in table
     # bf16: ratios 1.5 and 2.0, geometric mean sqrt(3); the mxfp4 case has no triton_kernels time, so no mean.
     assert "- bf16 MoE, 2 cases: triton_kernels / ogsgen geometric mean 1.73, minimum 1.50" in table
+    assert "- bf16 MoE, 1 cases: vLLM fused_moe / ogsgen geometric mean 1.25, minimum 1.25" in table
     assert "mxfp4 MoE" not in table
 
 

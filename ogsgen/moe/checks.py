@@ -19,8 +19,9 @@ DEBUG = os.environ.get("OGSGEN_DEBUG", "0") == "1"
 
 
 def host_checks_apply(tensor: torch.Tensor) -> bool:
-    """Whether the synchronizing checks run for routing data on ``tensor``'s device."""
-    return DEBUG or tensor.device.type != "cuda"
+    """Whether the synchronizing checks run for routing data on ``tensor``'s device (not in a graph torch.compile
+    traces: there the kernels' device asserts check the routing)."""
+    return (DEBUG or tensor.device.type != "cuda") and not torch.compiler.is_compiling()
 
 
 def _first(bad: torch.Tensor) -> tuple:

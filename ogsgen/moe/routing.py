@@ -16,7 +16,8 @@ from ..devices import check_kernel_device
 from ..errors import SpecError, SpecTypeError
 from ..types import GatherIndx, RoutingData, ScatterIndx
 from .checks import check_expert_ids, host_checks_apply
-from .metadata import MAX_EXPERTS, check_row_count, expert_histogram, make_ragged_tensor_metadata
+from .metadata import (MAX_EXPERTS, RaggedTensorMetadata, check_row_count, expert_histogram,
+                       make_ragged_tensor_metadata, routing_metadata)
 
 
 def _check_topk_inputs(topk_ids, topk_weights, n_expts_tot, expected_tokens_per_expt):
@@ -73,9 +74,13 @@ def routing_from_topk(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expt
     gate_to_sorted = torch.where(valid, gate_to_sorted, -1)
     weights = topk_weights.reshape(-1).float()
     gate_scal = torch.where(sorted_valid, weights.gather(0, sorted_to_gate.clamp_min(0).long()), 0.0)
-    hist = expert_histogram(ids, n_expts_tot)  # asserts the ids' range on the device
-    routing_data = RoutingData(gate_scal, hist, n_expts_tot, n_expts_act,
-                               expt_data=make_ragged_tensor_metadata(hist, n_gates),
+    if torch.compiler.is_compiling():  # the kernels as one custom op, which torch.compile traces
+        hist, *meta = routing_metadata(ids, n_expts_tot, n_gates)
+        meta = RaggedTensorMetadata(hist, *meta)
+    else:
+        hist = expert_histogram(ids, n_expts_tot)  # asserts the ids' range on the device
+        meta = make_ragged_tensor_metadata(hist, n_gates)
+    routing_data = RoutingData(gate_scal, hist, n_expts_tot, n_expts_act, expt_data=meta,
                                expected_tokens_per_expt=expected_tokens_per_expt)
     return (routing_data, GatherIndx(src_indx=sorted_to_gate, dst_indx=gate_to_sorted),
             ScatterIndx(src_indx=gate_to_sorted, dst_indx=sorted_to_gate))

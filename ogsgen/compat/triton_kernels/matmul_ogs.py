@@ -3,14 +3,15 @@ from dataclasses import replace
 from functools import lru_cache
 
 from ...errors import UnsupportedError
-from ...runtime import matmul_ogs as _matmul_ogs
+from ...ops import matmul_ogs as _matmul_ogs
 from ...runtime import matmul_ogs_torch
 from ...spec import FnSpecs as _FnSpecs
-from ...types import (Epilogue, FlexCtx, GatherIndx, InFlexData, OutFlexData, PrecisionConfig, RoutingData,
-                      ScatterIndx)
+from ...types import (Epilogue, FlexCtx, GatherIndx, InFlexData, InnerRoutingData, OutFlexData, PrecisionConfig,
+                      RoutingData, ScatterIndx)
 from ...types import FusedActivation as _FusedActivation
 
-__all__ = ["Epilogue", "FlexCtx", "FnSpecs", "FusedActivation", "GatherIndx", "InFlexData", "OutFlexData",
+__all__ = ["Epilogue", "FlexCtx", "FnSpecs", "FusedActivation", "GatherIndx", "InFlexData", "InnerRoutingData",
+           "OutFlexData",
            "PrecisionConfig", "RoutingData", "ScatterIndx", "matmul_ogs", "matmul_ogs_torch"]
 
 
@@ -47,8 +48,9 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
                epilogue=None, y_acc_in=None, inner_routing_data=None):
     """triton_kernels' ``matmul_ogs``: ``ogsgen.matmul_ogs``, whose result for a 2-D x is 2-D as there (a 3-D ``y``
     of batch one is written and returned as its 2-D view)."""
-    if fused_comm is not None or inner_routing_data is not None:
-        raise UnsupportedError("matmul_ogs: fused_comm and inner_routing_data are not supported by ogsgen yet")
+    if fused_comm is not None:
+        raise UnsupportedError("matmul_ogs: fused_comm is not supported by ogsgen yet")
     out = _matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, precision_config, betas, gammas,
-                      out_alpha, y, fused_activation=fused_activation, epilogue=epilogue, y_acc_in=y_acc_in)
-    return out[0] if x.ndim == 2 and out.ndim == 3 else out
+                      out_alpha, y, fused_activation=fused_activation, epilogue=epilogue, y_acc_in=y_acc_in,
+                      inner_routing_data=inner_routing_data)
+    return out[0] if x.ndim == 2 and out.ndim == 3 and inner_routing_data is None else out

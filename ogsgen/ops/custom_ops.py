@@ -1,0 +1,82 @@
+"""ogsgen's matmuls as torch.library custom ops: ``ogsgen::matmul_ogs`` and ``ogsgen::matmul_ogs_inner`` (ragged
+K), each with a fake (meta) implementation, and matmul_ogs with its autograd formula (``gradients``).
+torch.compile traces them as single nodes, AOTAutograd takes their backward from here, and a CUDA graph captures
+their launches. (Routing is torch operations around one op of its own, ``ogsgen::routing_metadata``, defined beside
+its kernels in ogsgen.moe.metadata.)
+
+The ops take tensors and scalars only: the argument dataclasses (RoutingData with its metadata, GatherIndx,
+ScatterIndx, FusedActivation) travel flattened, in the order ``pack_routing`` gives, and are rebuilt inside.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..moe.metadata import RaggedTensorMetadata
+from ..runtime.matmul import matmul_ogs as matmul_ogs_impl
+from ..spec.functions import registered
+from ..types import FusedActivation, GatherIndx, InnerRoutingData, PrecisionConfig, RoutingData, ScatterIndx
+from . import gradients
+
+Tensor = torch.Tensor
+
+
+def routing_args(expt_hist, slice_offs, block_offs, block_schedule, n_expts_tot, n_expts_act) -> RoutingData | None:
+    """The RoutingData a flattened call stands for (None for a dense or batched call)."""
+    if expt_hist is None:
+        return None
+    meta = None if slice_offs is None else RaggedTensorMetadata(expt_hist, slice_offs, block_offs, block_schedule)
+    return RoutingData(None, expt_hist, n_expts_tot, n_expts_act, meta)
+
+
+def activation_of(name: str | None, args: list) -> FusedActivation | None:
+    return None if name is None else FusedActivation(registered("activation", name), tuple(args))
+
+
+@torch.library.custom_op("ogsgen::matmul_ogs", mutates_args=())
+def matmul_ogs_op(x: Tensor, w: Tensor, bias: Optional[Tensor], expt_hist: Optional[Tensor],
+                  slice_offs: Optional[Tensor], block_offs: Optional[Tensor], block_schedule: Optional[Tensor],
+                  gather_src: Optional[Tensor], gather_dst: Optional[Tensor], scatter_src: Optional[Tensor],
+                  scatter_dst: Optional[Tensor], betas: Optional[Tensor], gammas: Optional[Tensor],
+                  y_acc_in: Optional[Tensor], n_expts_tot: int, n_expts_act: int, out_alpha: Optional[float],
+                  activation: Optional[str], activation_args: list[float], out_dtype: Optional[torch.dtype]) -> Tensor:
+    routing_data = routing_args(expt_hist, slice_offs, block_offs, block_schedule, n_expts_tot, n_expts_act)
+    with torch.no_grad():  # the launch path refuses inputs that require grad; this op's autograd is registered
+        return matmul_ogs_impl(
+            x, w, bias, routing_data, None if gather_src is None else GatherIndx(gather_src, gather_dst),
+            None if scatter_src is None else ScatterIndx(scatter_src, scatter_dst),
+            PrecisionConfig(out_dtype=out_dtype), betas=betas, gammas=gammas, out_alpha=out_alpha,
+            fused_activation=activation_of(activation, activation_args), y_acc_in=y_acc_in)
+
+
+@matmul_ogs_op.register_fake
+def _matmul_ogs_fake(x, w, bias, expt_hist, slice_offs, block_offs, block_schedule, gather_src, gather_dst,
+                     scatter_src, scatter_dst, betas, gammas, y_acc_in, n_expts_tot, n_expts_act, out_alpha, activation,
+                     activation_args, out_dtype):
+    reduction_n = 1 if activation is None else registered("activation", activation).reduction_n
+    rows = gather_src.shape[0] if gather_src is not None else x.shape[-2]
+    if scatter_src is not None:
+        rows = scatter_src.shape[0] // n_expts_act
+    shape = (x.shape[0], rows, w.shape[-1] // reduction_n) if x.ndim == 3 else (rows, w.shape[-1] // reduction_n)
+    return x.new_empty(shape, dtype=out_dtype or x.dtype)
+
+
+matmul_ogs_op.register_autograd(gradients.matmul_ogs_backward, setup_context=gradients.matmul_ogs_setup_context)
+
+
+@torch.library.custom_op("ogsgen::matmul_ogs_inner", mutates_args=())
+def matmul_ogs_inner_op(x: Tensor, w: Tensor, expt_hist: Tensor, slice_offs: Optional[Tensor],
+                        block_offs: Optional[Tensor], block_schedule: Optional[Tensor], gather_src: Optional[Tensor],
+                        n_expts_act: int, block_k: int, out_dtype: Optional[torch.dtype]) -> Tensor:
+    base = routing_args(expt_hist, slice_offs, block_offs, block_schedule, expt_hist.shape[0], n_expts_act)
+    gather = None if gather_src is None else GatherIndx(gather_src, gather_src)  # the kernel reads src_indx only
+    with torch.no_grad():
+        return matmul_ogs_impl(x, w, None, gather_indx=gather, precision_config=PrecisionConfig(out_dtype=out_dtype),
+                               inner_routing_data=InnerRoutingData(base, block_k))
+
+
+@matmul_ogs_inner_op.register_fake
+def _matmul_ogs_inner_fake(x, w, expt_hist, slice_offs, block_offs, block_schedule, gather_src, n_expts_act, block_k,
+                           out_dtype):
+    return x.new_empty((expt_hist.shape[0], x.shape[0], w.shape[1]), dtype=out_dtype or x.dtype)

@@ -1,0 +1,111 @@
+"""The backward of ``ogsgen::matmul_ogs``, on ogsgen's own kernels.
+
+Forward, per matmul row p (a dense row, or an expert-sorted row of expert e(p)):
+    z_p = out_alpha * (x_p @ W[e(p)] + betas_p * bias[e(p)]),   y_p = gammas_p * act(z_p)
+with x_p gathered from x's token rows (gather) and y_p summed into its token's row (scatter). Backward:
+    dg_p = dy[token of p] (scatter) or dy_p;  d gammas_p = <dg_p, act(z_p)>;  dz_p = act'(z_p)^T (gammas_p dg_p)
+    dx = dz @ W^T:  matmul_ogs(dz, w.mT) with the forward's gather as the scatter (a gathered token's rows summed)
+    dW[e] = x[rows of e]^T @ dz[rows of e]:  the ragged-K kernel (matmul_ogs_inner), x's tokens read through
+            the forward's gather
+    d bias[e] = sum over e's rows of betas_p dz_p
+z is recomputed by the same matmul without its activation and gammas (fp32 output) where act' or d gammas need it;
+act' is torch's autograd of the activation's torch reference. No loop over experts; nothing synchronizes.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..moe.metadata import BLOCK_SIZES
+from ..spec.functions import registered
+
+INNER_BLOCK_K = 32  # the ragged-K tile of dW: segments hold tokens per expert, often a few dozen
+assert INNER_BLOCK_K in BLOCK_SIZES
+
+# ogsgen::matmul_ogs's differentiable inputs, by position
+X, W, BIAS, BETAS, GAMMAS, Y_ACC_IN = 0, 1, 2, 11, 12, 13
+N_INPUTS = 20
+
+
+def matmul_ogs_setup_context(ctx, inputs, output):
+    (x, w, bias, hist, slice_offs, block_offs, schedule, gather_src, gather_dst, scatter_src, scatter_dst, betas,
+     gammas, _y_acc_in, n_expts_tot, n_expts_act, out_alpha, activation, activation_args, _out_dtype) = inputs
+    ctx.save_for_backward(x, w, bias, hist, slice_offs, block_offs, schedule, gather_src, gather_dst, scatter_src,
+                          scatter_dst, betas, gammas)
+    ctx.scalars = (n_expts_tot, n_expts_act, out_alpha, activation, tuple(activation_args))
+
+
+def matmul_ogs_backward(ctx, dy):
+    (x, w, bias, hist, slice_offs, block_offs, schedule, gather_src, gather_dst, scatter_src, scatter_dst, betas,
+     gammas) = ctx.saved_tensors
+    n_expts_tot, k, alpha, activation, activation_args = ctx.scalars
+    need = ctx.needs_input_grad
+    matmul = torch.ops.ogsgen.matmul_ogs
+    routing = (hist, slice_offs, block_offs, schedule)
+    ragged = hist is not None
+    n_rows = scatter_dst.shape[0] if scatter_dst is not None else dy.shape[-2]
+    # Rows of a ragged call past the routed ones (dropped gates) hold nothing: their gradients are zero.
+    routed = (torch.arange(n_rows, dtype=torch.int32, device=dy.device) < slice_offs[n_expts_tot])[:, None] \
+        if ragged else None
+
+    def only_routed(t):
+        return t if routed is None else torch.where(routed, t, 0.0)
+
+    if scatter_dst is not None:  # each row's token row of dy
+        dg = only_routed(dy.index_select(0, (scatter_dst.long() // k).clamp_min(0)).float())
+    else:
+        dg = only_routed(dy.float())
+    d_gammas = None
+    spec = registered("activation", activation) if activation is not None else None
+    if spec is not None or (gammas is not None and need[GAMMAS]):
+        z = matmul(x, w, bias, *routing, gather_src, gather_dst, None, None, betas, None, None, n_expts_tot, k, alpha,
+                   None, [], torch.float32)
+        with torch.enable_grad():
+            z_leaf = z.detach().requires_grad_(spec is not None)
+            act = spec.reference(z_leaf, *activation_args) if spec is not None else z_leaf
+        if gammas is not None and need[GAMMAS]:
+            d_gammas = only_routed((dg * act.detach()).sum(-1, keepdim=True))[:, 0]
+        da = dg * gammas[:, None] if gammas is not None else dg
+        dz = torch.autograd.grad(act, z_leaf, da)[0] if spec is not None else da
+    else:
+        dz = dg * gammas[:, None] if gammas is not None else dg
+    if alpha is not None:
+        dz = dz * alpha
+    dz = only_routed(dz)
+    operand = dz.to(x.dtype)
+    grads = [None] * N_INPUTS
+    if need[X]:
+        if not ragged:
+            dx = matmul(operand, w.mT, None, *routing, None, None, None, None, None, None, None, n_expts_tot, k, None,
+                        None, [], x.dtype)
+        elif gather_src is not None:  # the forward's gather, as a scatter: each token sums its rows
+            dx = matmul(operand, w.mT, None, *routing, None, None, gather_dst, gather_src, None, None, None,
+                        n_expts_tot, k, None, None, [], x.dtype)
+        else:
+            dx = only_routed(matmul(operand, w.mT, None, *routing, None, None, None, None, None, None, None,
+                                    n_expts_tot, k, None, None, [], x.dtype))
+        grads[X] = dx
+    if need[W]:
+        if ragged:
+            grads[W] = torch.ops.ogsgen.matmul_ogs_inner(x.mT, operand, *routing, gather_src, k, INNER_BLOCK_K,
+                                                         w.dtype).reshape(w.shape)
+        else:
+            grads[W] = matmul(x.mT, operand, None, *routing, None, None, None, None, None, None, None, n_expts_tot, k,
+                              None, None, [], w.dtype).reshape(w.shape)
+    if bias is not None and need[BIAS]:
+        grads[BIAS] = _bias_gradient(dz if betas is None else dz * betas[:, None], bias, slice_offs, n_expts_tot,
+                                     ragged)
+    grads[GAMMAS] = d_gammas
+    if need[Y_ACC_IN]:
+        grads[Y_ACC_IN] = dy
+    return tuple(grads)
+
+
+def _bias_gradient(dz, bias, slice_offs, n_expts_tot, ragged):
+    if ragged and bias.ndim == 2 and bias.shape[0] > 1:  # each expert's rows
+        rows = torch.arange(dz.shape[0], dtype=slice_offs.dtype, device=dz.device)
+        expert = torch.searchsorted(slice_offs[1:].contiguous(), rows, right=True)  # n_expts_tot past the last
+        summed = torch.zeros(n_expts_tot + 1, dz.shape[-1], device=dz.device).index_add_(0, expert, dz)
+        return summed[:n_expts_tot].to(bias.dtype)
+    if not ragged and dz.ndim == 3 and bias.ndim == 2 and bias.shape[0] > 1:  # each batch entry's rows
+        return dz.sum(1).to(bias.dtype)
+    return dz.reshape(-1, dz.shape[-1]).sum(0).reshape(bias.shape).to(bias.dtype)

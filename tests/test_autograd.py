@@ -1,0 +1,130 @@
+"""Gradients of ogsgen.matmul_ogs (the custom op ogsgen::matmul_ogs and its backward on generated kernels) against
+torch autograd through the float32 reference matmul_ogs_torch, on the same inputs: dense, batched, MoE gather with
+SwiGLU, scatter with gammas and top-k sums, dropped gates, empty experts, the router's logits."""
+import pytest
+import torch
+
+import ogsgen
+from ogsgen import FusedActivation, PrecisionConfig, matmul_ogs, matmul_ogs_torch
+from ogsgen.errors import UnsupportedError
+
+SWIGLU = FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+
+
+def _leaves(*tensors):
+    return [None if t is None else t.detach().clone().requires_grad_() for t in tensors]
+
+
+def _check_gradients(run, inputs, atol):
+    """Backward of ``run(lib, *inputs)`` with a random output gradient, for ogsgen and for the float32 reference on
+    the same values (the reference's inputs upcast; its gradients compared in float32)."""
+    ours = _leaves(*inputs)
+    theirs = [None if t is None else t.detach().float().requires_grad_() for t in inputs]
+    y = run(matmul_ogs, *ours)
+    y_ref = run(matmul_ogs_torch, *theirs)
+    assert y.shape == y_ref.shape and y.grad_fn is not None
+    grad = torch.randn_like(y_ref)
+    y.backward(grad.to(y.dtype))
+    y_ref.backward(grad)
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if a is None:
+            continue
+        assert a.grad is not None and a.grad.dtype == a.dtype and a.grad.shape == a.shape, f"input {i}"
+        scale = b.grad.abs().max().clamp_min(1e-6)  # errors relative to the largest gradient
+        err = (a.grad.float() - b.grad).abs().max() / scale
+        assert err < atol, f"input {i}: gradient off by {err:.3g} of its largest magnitude"
+    return y
+
+
+def test_dense_with_bias_gammas_alpha_and_swiglu(device):
+    x, w = torch.randn(24, 32, device=device), torch.randn(32, 48, device=device)
+    bias, gammas = torch.randn(48, device=device), torch.rand(24, device=device)
+    _check_gradients(lambda mm, x, w, b, g: mm(x, w, b, gammas=g, out_alpha=0.5, fused_activation=SWIGLU),
+                     (x, w, bias, gammas), atol=1e-4)
+
+
+@pytest.mark.parametrize("bias_shape", [None, (3, 20), (20,)])
+def test_batched(bias_shape, device):
+    x, w = torch.randn(3, 16, 24, device=device), torch.randn(3, 24, 20, device=device)
+    bias = None if bias_shape is None else torch.randn(bias_shape, device=device)
+    _check_gradients(lambda mm, x, w, b: mm(x, w, b), (x, w, bias), atol=1e-4)
+
+
+@pytest.mark.parametrize("k_act", [1, 2, 4])
+def test_moe_gather_with_swiglu(k_act, device):
+    """The first MoE matmul: tokens gathered to their experts, bias per expert, fused SwiGLU."""
+    tokens, n_expts, width, n = 29, 6, 32, 40
+    rd, gi, _ = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
+    x = torch.randn(tokens, width, device=device).bfloat16()
+    w = (torch.randn(n_expts, width, n, device=device) / 4).bfloat16()
+    bias = torch.randn(n_expts, n, device=device)
+    _check_gradients(lambda mm, x, w, b: mm(x, w, b, rd, gather_indx=gi, fused_activation=SWIGLU), (x, w, bias),
+                     atol=3e-2)
+
+
+@pytest.mark.parametrize("k_act", [1, 2, 4, 8])
+@pytest.mark.parametrize("gammas_grad", [True, False])
+def test_moe_scatter_with_gammas(k_act, gammas_grad, device):
+    """The second MoE matmul: sorted rows scattered back to their tokens, weighted by gammas, summed over top-k."""
+    tokens, n_expts, width, n = 21, 9, 32, 24
+    rd, _, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
+    x = torch.randn(tokens * k_act, width, device=device).bfloat16()
+    w = (torch.randn(n_expts, width, n, device=device) / 4).bfloat16()
+    bias, gammas = torch.randn(n_expts, n, device=device), rd.gate_scal.detach().clone()
+    if gammas_grad:
+        _check_gradients(lambda mm, x, w, b, g: mm(x, w, b, rd, scatter_indx=si, gammas=g), (x, w, bias, gammas),
+                         atol=3e-2)
+    else:  # constant gates: the backward takes no recompute
+        _check_gradients(lambda mm, x, w, b: mm(x, w, b, rd, scatter_indx=si, gammas=gammas), (x, w, bias),
+                         atol=3e-2)
+
+
+def test_dropped_gates_and_empty_experts(device):
+    """Gates dropped (-1) and experts without rows: their rows and weights get zero gradients."""
+    tokens, n_expts, k_act, width, n = 12, 8, 2, 16, 24
+    ids = torch.randint(0, 3, (tokens, k_act), device=device)  # experts 3..7 empty
+    ids[::3, 1] = -1
+    rd, gi, si = ogsgen.routing_from_topk(ids, torch.rand(tokens, k_act, device=device), n_expts)
+    x = torch.randn(tokens, width, device=device).bfloat16()
+    w1 = (torch.randn(n_expts, width, 2 * n, device=device) / 4).bfloat16()
+    w2 = (torch.randn(n_expts, n, width, device=device) / 4).bfloat16()
+
+    def layer(mm, x, w1, w2, gammas):
+        h = mm(x, w1, None, rd, gather_indx=gi, fused_activation=SWIGLU)
+        return mm(h.to(torch.bfloat16), w2, None, rd, scatter_indx=si, gammas=gammas)
+    gammas = rd.gate_scal.detach().clone()
+    _check_gradients(layer, (x, w1, w2, gammas), atol=4e-2)
+    ours = _leaves(x, w1, w2, gammas)
+    layer(matmul_ogs, *ours).sum().backward()
+    assert torch.count_nonzero(ours[1].grad[3:]) == 0 and torch.count_nonzero(ours[2].grad[3:]) == 0
+
+
+def test_router_logits_get_gradients_through_the_gates(device):
+    tokens, n_expts, k_act, width = 16, 4, 2, 16
+    logits = torch.randn(tokens, n_expts, device=device, requires_grad=True)
+    rd, gi, si = ogsgen.routing(logits, k_act)
+    x = torch.randn(tokens * k_act, width, device=device).bfloat16()
+    w = torch.randn(n_expts, width, 8, device=device).bfloat16()
+    y = matmul_ogs(x, w, None, rd, scatter_indx=si, gammas=rd.gate_scal)
+    y.float().square().sum().backward()
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
+    # the same as through the reference with the same gates
+    logits_ref = logits.detach().clone().requires_grad_()
+    rd_ref, _, si_ref = ogsgen.routing(logits_ref, k_act)
+    matmul_ogs_torch(x.float(), w.float(), None, rd_ref, scatter_indx=si_ref,
+                     gammas=rd_ref.gate_scal).square().sum().backward()
+    torch.testing.assert_close(logits.grad, logits_ref.grad, atol=3e-2 * logits_ref.grad.abs().max().item(), rtol=0)
+
+
+def test_gradient_refusals(device):
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    w = torch.randn(16, 8, device=device)
+    with pytest.raises(UnsupportedError, match="y \\(a preallocated output\\)"):
+        matmul_ogs(x, w, None, y=torch.empty(8, 8, device=device))
+    with pytest.raises(UnsupportedError, match="precision_config's scales"):
+        matmul_ogs(x, w, None, precision_config=PrecisionConfig(enforce_bitwise_invariance=True))
+    with pytest.raises(UnsupportedError, match="quantized weights have no gradient"):
+        matmul_ogs(x.detach().to(torch.float8_e4m3fn).requires_grad_(False), w.to(torch.float8_e4m3fn), None,
+                   y_acc_in=torch.zeros(8, 8, device=device, requires_grad=True))
+    with pytest.raises(UnsupportedError, match="betas has no gradient"):
+        matmul_ogs(x, w, torch.zeros(8, device=device), betas=torch.ones(8, device=device, requires_grad=True))

@@ -1,0 +1,95 @@
+"""torch.compile and torch.library: a whole MoE layer (routing, w1 gather + SwiGLU, w2 scatter + gammas) traced with
+fullgraph=True, forward and backward equal to eager; the custom ops checked by torch.library.opcheck; on the GPU,
+inductor and a CUDA graph of the layer including its routing."""
+import pytest
+import torch
+
+import ogsgen
+from ogsgen import FusedActivation
+
+SWIGLU = FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+TOKENS, N_EXPTS, K_ACT, WIDTH, HIDDEN = 16, 4, 2, 32, 24
+
+
+def moe_layer(x, router_w, w1, b1, w2, b2):
+    rd, gi, si = ogsgen.routing(x.float() @ router_w, K_ACT)
+    h = ogsgen.matmul_ogs(x, w1, b1, rd, gather_indx=gi, fused_activation=SWIGLU)
+    return ogsgen.matmul_ogs(h, w2, b2, rd, scatter_indx=si, gammas=rd.gate_scal)
+
+
+def _parameters(device, requires_grad=True):
+    tensors = (torch.randn(TOKENS, WIDTH, device=device).bfloat16(), torch.randn(WIDTH, N_EXPTS, device=device),
+               (torch.randn(N_EXPTS, WIDTH, 2 * HIDDEN, device=device) / 4).bfloat16(),
+               torch.randn(N_EXPTS, 2 * HIDDEN, device=device),
+               (torch.randn(N_EXPTS, HIDDEN, WIDTH, device=device) / 4).bfloat16(),
+               torch.randn(N_EXPTS, WIDTH, device=device))
+    return [t.requires_grad_(requires_grad) for t in tensors]
+
+
+def _forward_backward(fn, params):
+    for p in params:
+        p.grad = None
+    out = fn(*params)
+    out.float().square().sum().backward()
+    return out.detach(), [p.grad.clone() for p in params]
+
+
+def test_fullgraph_moe_layer_matches_eager(device):
+    params = _parameters(device)
+    backend = "inductor" if device == "cuda" else "aot_eager"  # inductor's CPU code needs a C++ compiler
+    torch._dynamo.reset()
+    compiled = torch.compile(moe_layer, fullgraph=True, backend=backend)
+    out, grads = _forward_backward(compiled, params)
+    out_eager, grads_eager = _forward_backward(moe_layer, params)
+    torch.testing.assert_close(out, out_eager, atol=0, rtol=0)
+    for grad, grad_eager in zip(grads, grads_eager):
+        torch.testing.assert_close(grad, grad_eager, atol=1e-5, rtol=1e-5)
+        assert grad.abs().sum() > 0
+
+
+def test_custom_ops_pass_opcheck(device):
+    x, router_w, w1, b1, w2, b2 = _parameters(device, requires_grad=False)
+    rd, gi, si = ogsgen.routing(x.float() @ router_w, K_ACT)
+    meta = rd.expt_data
+    routing = (rd.expt_hist, meta.slice_offs, meta.block_offs_data, meta.block_schedule_data)
+    w1.requires_grad_()
+    torch.library.opcheck(torch.ops.ogsgen.matmul_ogs.default, (
+        x, w1, b1, *routing, gi.src_indx, gi.dst_indx, None, None, None, None, None, N_EXPTS, K_ACT, None, "swiglu",
+        [1.702, 7.0], None))
+    h = torch.randn(TOKENS * K_ACT, HIDDEN, device=device).bfloat16().requires_grad_()
+    torch.library.opcheck(torch.ops.ogsgen.matmul_ogs.default, (
+        h, w2, b2, *routing, None, None, si.src_indx, si.dst_indx, None, rd.gate_scal, None, N_EXPTS, K_ACT, None,
+        None, [], None))
+    dense = torch.randn(8, WIDTH, device=device, requires_grad=True)
+    torch.library.opcheck(torch.ops.ogsgen.matmul_ogs.default, (
+        dense, router_w.requires_grad_(), None, None, None, None, None, None, None, None, None, None, None, None, 1, 1,
+        0.5, None, [], torch.float32))
+    torch.library.opcheck(torch.ops.ogsgen.matmul_ogs_inner.default, (
+        x.mT, h.detach(), *routing, gi.src_indx, K_ACT, 32, torch.float32))
+    ids = torch.topk(torch.randn(TOKENS, N_EXPTS, device=device), K_ACT).indices.reshape(-1)
+    torch.library.opcheck(torch.ops.ogsgen.routing_metadata.default, (ids, N_EXPTS, ids.numel()))
+
+
+@pytest.mark.gpu
+def test_cuda_graph_of_the_layer_with_its_routing():
+    params = _parameters("cuda", requires_grad=False)
+    with torch.no_grad():
+        expected = moe_layer(*params)  # also compiles every kernel before the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = moe_layer(*params)
+        params[0].copy_(torch.randn_like(params[0]))  # new tokens, new routing: replayed from the same graph
+        graph.replay()
+        torch.testing.assert_close(captured, moe_layer(*params), atol=0, rtol=0)
+        assert not torch.equal(captured, expected)
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_mode_captures_the_layer():
+    params = _parameters("cuda", requires_grad=False)
+    torch._dynamo.reset()
+    compiled = torch.compile(moe_layer, fullgraph=True, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(3):  # warm-up runs, then a recorded graph replayed
+            out = compiled(*params)
+        torch.testing.assert_close(out, moe_layer(*params), atol=0, rtol=0)
