@@ -77,3 +77,10 @@ def test_custom_epilogue_example(tmp_path):
                             cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "matches torch (dense and top-2 MoE)" in result.stdout
+
+
+def test_train_moe_example(tmp_path):
+    result = subprocess.run([sys.executable, str(EXAMPLES / "train_moe.py")], env=_env(), cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "training matches the torch reference" in result.stdout
