@@ -128,3 +128,38 @@ def test_gradient_refusals(device):
                    y_acc_in=torch.zeros(8, 8, device=device, requires_grad=True))
     with pytest.raises(UnsupportedError, match="betas has no gradient"):
         matmul_ogs(x, w, torch.zeros(8, device=device), betas=torch.ones(8, device=device, requires_grad=True))
+
+
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_split_k_forward_and_backward(split_k, device):
+    """K split in every matmul of the step (the forward's and the backward's); dW's ragged-K product is not split."""
+    tokens, n_expts, k_act, width, n = 19, 5, 2, 96, 16
+    rd, _, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
+    x = torch.randn(tokens * k_act, width, device=device).bfloat16()
+    w = (torch.randn(n_expts, width, n, device=device) / 8).bfloat16()
+    with ogsgen.opt_flags_constraints(split_k=split_k):
+        _check_gradients(lambda mm, x, w: mm(x, w, None, rd, scatter_indx=si), (x, w), atol=3e-2)
+        dense_x, dense_w = torch.randn(16, width, device=device), torch.randn(width, 24, device=device)
+        _check_gradients(lambda mm, x, w: mm(x, w, None), (dense_x, dense_w), atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ["gpt-oss", "DeepSeek-V3"])
+def test_model_sized_expert_layer_gradients(shape):
+    """A model's expert layer at its real widths (gpt-oss-120b: 128 experts top-4, width 2880, w1 N 5760;
+    DeepSeek-V3: top-8, width 7168, w1 N 4096, with 64 of its 256 experts so that the float32 reference and its
+    gradients fit beside ogsgen's), with some tokens' last gate dropped."""
+    n_expts, k_act, width, n1 = {"gpt-oss": (128, 4, 2880, 5760), "DeepSeek-V3": (64, 8, 7168, 4096)}[shape]
+    tokens = 96
+    ids = torch.topk(torch.randn(tokens, n_expts, device="cuda"), k_act).indices
+    ids[::5, -1] = -1
+    rd, gi, si = ogsgen.routing_from_topk(ids, torch.rand(tokens, k_act, device="cuda"), n_expts)
+    x = torch.randn(tokens, width, device="cuda").bfloat16()
+    w1 = (torch.randn(n_expts, width, n1, device="cuda") / width ** 0.5).bfloat16()
+    w2 = (torch.randn(n_expts, n1 // 2, width, device="cuda") / (n1 // 2) ** 0.5).bfloat16()
+    b1 = torch.randn(n_expts, n1, device="cuda") / 10
+
+    def layer(mm, x, w1, b1, w2, gammas):
+        h = mm(x, w1, b1, rd, gather_indx=gi, fused_activation=SWIGLU)
+        return mm(h.to(torch.bfloat16), w2, None, rd, scatter_indx=si, gammas=gammas)
+    _check_gradients(layer, (x, w1, b1, w2, rd.gate_scal.detach().clone()), atol=3e-2)

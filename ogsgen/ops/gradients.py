@@ -16,10 +16,10 @@ from __future__ import annotations
 import torch
 
 from ..moe.metadata import BLOCK_SIZES
+from ..runtime.opt_flags import current_constraints
 from ..spec.functions import registered
 
-INNER_BLOCK_K = 32  # the ragged-K tile of dW: segments hold tokens per expert, often a few dozen
-assert INNER_BLOCK_K in BLOCK_SIZES
+INNER_BLOCK_K = 32  # the ragged-K tile of dW (segments hold an expert's tokens, often a few dozen)
 
 # ogsgen::matmul_ogs's differentiable inputs, by position
 X, W, BIAS, BETAS, GAMMAS, Y_ACC_IN = 0, 1, 2, 11, 12, 13
@@ -86,7 +86,7 @@ def matmul_ogs_backward(ctx, dy):
         grads[X] = dx
     if need[W]:
         if ragged:
-            grads[W] = torch.ops.ogsgen.matmul_ogs_inner(x.mT, operand, *routing, gather_src, k, INNER_BLOCK_K,
+            grads[W] = torch.ops.ogsgen.matmul_ogs_inner(x.mT, operand, *routing, gather_src, k, _inner_block_k(),
                                                          w.dtype).reshape(w.shape)
         else:
             grads[W] = matmul(x.mT, operand, None, *routing, None, None, None, None, None, None, None, n_expts_tot, k,
@@ -98,6 +98,12 @@ def matmul_ogs_backward(ctx, dy):
     if need[Y_ACC_IN]:
         grads[Y_ACC_IN] = dy
     return tuple(grads)
+
+
+def _inner_block_k() -> int:
+    """dW's K tile: a block_k the caller constrains the matmuls to (one the metadata has), else INNER_BLOCK_K."""
+    block_k = dict(current_constraints()).get("block_k", INNER_BLOCK_K)
+    return block_k if block_k in BLOCK_SIZES else INNER_BLOCK_K
 
 
 def _bias_gradient(dz, bias, slice_offs, n_expts_tot, ragged):

@@ -140,15 +140,14 @@ def _check_segments_on_host(hist, inner, x_len, w_len, gather_indx, x_columns):
 
 
 def _inner_flags(call: Call, x, block_k: int, bitwise_invariant: bool):
-    """The batched heuristic's tile over (experts, x rows, w columns), with the K tile the segments are padded to
-    and no split (each program sums its expert's whole segment)."""
+    """The batched heuristic's tile over (experts, x rows, w columns), with the K tile the segments are padded to.
+    Each program sums its expert's whole segment on the tiled kernel: constraints on split_k and persistent (meant
+    for the row-ragged matmuls of the same code) do not apply; one on block_k must agree with inner.block_k."""
     n_sms = target(x.device).sm_count if x.is_cuda else None
-    constraints = dict(current_constraints())
-    for key, needed in (("block_k", block_k), ("split_k", 1), ("persistent", False)):
-        if key in constraints and constraints[key] != needed:
-            raise InapplicableConstraintError(f"opt_flags_constraints {key}={constraints[key]}: a ragged-K call "
-                                              f"takes {key}={needed} (inner_routing_data.block_k; no split, the "
-                                              f"tiled kernel)")
+    constraints = {key: value for key, value in current_constraints() if key not in ("split_k", "persistent")}
+    if constraints.get("block_k", block_k) != block_k:
+        raise InapplicableConstraintError(f"opt_flags_constraints block_k={constraints['block_k']}: a ragged-K call "
+                                          f"takes block_k={block_k}, its inner_routing_data.block_k")
     flags = make_opt_flags(x.element_size(), call.batch, call.m, call.n, call.k, 1, None, 0, False, n_sms,
                            bitwise_invariant=bitwise_invariant, constraints=tuple(sorted(constraints.items())))
     return replace(flags, block_k=block_k, split_k=1, persistent=False)

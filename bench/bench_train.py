@@ -1,0 +1,139 @@
+"""Benchmark a MoE expert layer's forward + backward (training) on ogsgen against torch._grouped_mm, in one run.
+
+    PYTHONPATH=. python bench/bench_train.py --out bench/results/DATE-train [--tokens 2048 8192]
+
+The layer: w1 (tokens gathered to their experts, + bias, SwiGLU) then w2 (+ bias, times the gates, scattered back
+and summed over each token's top-k), bf16, with gradients for x, w1, b1, w2 and b2. ogsgen: two ogsgen.matmul_ogs
+calls, whose backward runs on ogsgen's kernels; torch: the same layer on torch._grouped_mm (its autograd), the
+rows gathered, biased, activated, weighted and summed with torch ops, its weights K-contiguous as _grouped_mm
+wants them (ogsgen's N-contiguous: each library its own layout of the same values). Shapes: gpt-oss-120b (128
+experts, top-4, width 2880, w1 N 5760) and DeepSeek-V3 (256 experts, top-8, width 7168, w1 N 4096). Times are
+triton.testing.do_bench medians of forward + backward (gradients reset between runs); TFLOP/s counts the six
+matmuls (2 forward, 4 backward) as 6 * 2 * rows * K * N per weight. Each output and gradient is compared with the
+other library's (relative rms difference) so that no time is quoted for a wrong result. Writes results.csv,
+table.md and env.json.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import sys
+import zlib
+from pathlib import Path
+
+import torch
+import triton
+from triton.testing import do_bench
+
+import ogsgen
+
+SHAPES = {  # name: (experts, top-k, width, w1 N)
+    "gpt-oss-120b": (128, 4, 2880, 5760),
+    "DeepSeek-V3": (256, 8, 7168, 4096),
+}
+SWIGLU_ARGS = (1.702, 7.0)
+
+
+def ogsgen_layer(x, w1, b1, w2, b2, rd, gi, si):
+    swiglu = ogsgen.FusedActivation(ogsgen.swiglu, SWIGLU_ARGS)
+    h = ogsgen.matmul_ogs(x, w1, b1, rd, gather_indx=gi, fused_activation=swiglu)
+    return ogsgen.matmul_ogs(h, w2, b2, rd, scatter_indx=si, gammas=rd.gate_scal)
+
+
+def grouped_mm_layer(x, w1, b1, w2, b2, rows):
+    """The same layer on torch._grouped_mm; ``rows``: (token of each sorted row, expert of each, offsets, gates)."""
+    token, expert, offs, gates = rows
+    h = torch._grouped_mm(x[token], w1, offs=offs) + b1[expert].bfloat16()
+    h = ogsgen.swiglu_torch(h.float(), *SWIGLU_ARGS).bfloat16()
+    o = (torch._grouped_mm(h, w2, offs=offs).float() + b2[expert]) * gates[:, None]
+    return torch.zeros(x.shape[0], o.shape[1], device=x.device).index_add_(0, token, o).bfloat16()
+
+
+def case(name, tokens):
+    n_expts, k, width, n1 = SHAPES[name]
+    torch.manual_seed(zlib.crc32(repr((name, tokens)).encode()))
+    rd, gi, si = ogsgen.routing(torch.randn(tokens, n_expts, device="cuda"), k)
+    x = torch.randn(tokens, width, device="cuda").bfloat16()
+    w1 = (torch.randn(n_expts, width, n1, device="cuda") / width ** 0.5).bfloat16()
+    w2 = (torch.randn(n_expts, n1 // 2, width, device="cuda") / (n1 // 2) ** 0.5).bfloat16()
+    b1, b2 = torch.randn(n_expts, n1, device="cuda") / 10, torch.randn(n_expts, width, device="cuda") / 10
+    grad_out = torch.randn(tokens, width, device="cuda").bfloat16()
+    experts = torch.repeat_interleave(torch.arange(n_expts, device="cuda"), rd.expt_hist.long())
+    rows = (gi.src_indx.long() // k, experts, torch.cumsum(rd.expt_hist, 0).to(torch.int32), rd.gate_scal)
+    libraries = {
+        "ogsgen": ([x, w1, b1, w2, b2], lambda p: ogsgen_layer(*p, rd, gi, si)),
+        # _grouped_mm takes K-contiguous weights: the same values, laid out for it
+        "torch._grouped_mm": ([x, w1.mT.contiguous().mT, b1, w2.mT.contiguous().mT, b2],
+                              lambda p: grouped_mm_layer(*p, rows)),
+    }
+    flops = 6 * 2 * tokens * k * width * (n1 + n1 // 2)
+    results, grads = [], {}
+    for impl, (tensors, layer) in libraries.items():
+        params = [t.detach().clone().requires_grad_() for t in tensors]
+
+        def step():
+            layer(params).backward(grad_out)
+        row = dict(case=f"{name} T={tokens}", impl=impl, ms="", tflops="", error="")
+        try:
+            step()
+            grads[impl] = [layer(params).detach().float()] + [p.grad.float() for p in params]
+            ms = do_bench(step, warmup=5, rep=200, grad_to_none=params, return_mode="median")
+            row.update(ms=f"{ms:.3f}", tflops=f"{flops / ms / 1e9:.1f}")
+        except Exception as exc:  # recorded as the library's error row
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        results.append(row)
+        torch.cuda.empty_cache()
+    if len(grads) == 2:
+        names = ("y", "dx", "dw1", "db1", "dw2", "db2")
+        diffs = [((a - b).norm() / b.norm().clamp_min(1e-30)).item() for a, b in zip(*grads.values())]
+        results[0]["rel_rms_vs_torch"] = " ".join(f"{n}={d:.1e}" for n, d in zip(names, diffs))
+    for row in results:
+        print(f"{row['case']:24s} {row['impl']:18s} {row['ms'] or row['error']} ms {row['tflops']} TF/s "
+              f"{row.get('rel_rms_vs_torch', '')}", flush=True)
+    return results
+
+
+def table(rows) -> str:
+    by_case = {}
+    for row in rows:
+        by_case.setdefault(row["case"], {})[row["impl"]] = row
+    lines = ["| case | ogsgen fwd+bwd ms | TF/s | torch._grouped_mm ms | TF/s | torch / ogsgen "
+             "| ogsgen vs torch (rel. rms) |", "|---|---|---|---|---|---|---|"]
+    for name, impls in by_case.items():
+        ours, theirs = impls.get("ogsgen", {}), impls.get("torch._grouped_mm", {})
+        ratio = f"{float(theirs['ms']) / float(ours['ms']):.2f}" if ours.get("ms") and theirs.get("ms") else "n/a"
+        lines.append(f"| {name} | {ours.get('ms') or ours.get('error')} | {ours.get('tflops', '')} | "
+                     f"{theirs.get('ms') or theirs.get('error')} | {theirs.get('tflops', '')} | {ratio} | "
+                     f"{ours.get('rel_rms_vs_torch', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+           "torch": torch.__version__, "triton": triton.__version__, "ogsgen": ogsgen.__version__,
+           "python": platform.python_version(), "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
+    (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+    rows = []
+    for name in args.shapes:
+        for tokens in args.tokens:
+            rows += case(name, tokens)
+            with open(args.out / "results.csv", "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+                writer.writeheader()
+                writer.writerows(rows)
+    (args.out / "table.md").write_text(table(rows))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
