@@ -40,6 +40,9 @@ class RoutingData:
         return triton.cdiv(max(n_rows - self.n_expts_tot + 1, 0), block_m) + self.n_expts_tot - 1
 
 
+INNER_BLOCK_K = 32  # the default ragged-K tile: segments hold an expert's tokens, often a few dozen
+
+
 @dataclass
 class InnerRoutingData:
     """The ragged axis is K (an expert weights' gradient, dW[e] = X[seg e]^T @ dY[seg e]): ``matmul_ogs(x, w, None,
@@ -49,7 +52,7 @@ class InnerRoutingData:
     32, 64, 128); an unpadded one at the running sum of the histogram. ogsgen masks every segment's end, so the
     padding and the unused tail may hold anything (NaN included). ``base.expt_data`` is made when missing."""
     base: RoutingData
-    block_k: int = 32
+    block_k: int = INNER_BLOCK_K
     x_is_padded: bool = False
     w_is_padded: bool = False
 

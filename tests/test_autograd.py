@@ -9,6 +9,7 @@ from ogsgen import FusedActivation, PrecisionConfig, matmul_ogs, matmul_ogs_torc
 from ogsgen.errors import UnsupportedError
 
 SWIGLU = FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+FP32 = PrecisionConfig(allow_tf32=False)  # fp32 dots in full precision on the GPU too (tf32 is the default)
 
 
 def _leaves(*tensors):
@@ -39,15 +40,15 @@ def _check_gradients(run, inputs, atol):
 def test_dense_with_bias_gammas_alpha_and_swiglu(device):
     x, w = torch.randn(24, 32, device=device), torch.randn(32, 48, device=device)
     bias, gammas = torch.randn(48, device=device), torch.rand(24, device=device)
-    _check_gradients(lambda mm, x, w, b, g: mm(x, w, b, gammas=g, out_alpha=0.5, fused_activation=SWIGLU),
-                     (x, w, bias, gammas), atol=1e-4)
+    _check_gradients(lambda mm, x, w, b, g: mm(x, w, b, gammas=g, out_alpha=0.5, fused_activation=SWIGLU,
+                                               precision_config=FP32), (x, w, bias, gammas), atol=1e-4)
 
 
 @pytest.mark.parametrize("bias_shape", [None, (3, 20), (20,)])
 def test_batched(bias_shape, device):
     x, w = torch.randn(3, 16, 24, device=device), torch.randn(3, 24, 20, device=device)
     bias = None if bias_shape is None else torch.randn(bias_shape, device=device)
-    _check_gradients(lambda mm, x, w, b: mm(x, w, b), (x, w, bias), atol=1e-4)
+    _check_gradients(lambda mm, x, w, b: mm(x, w, b, precision_config=FP32), (x, w, bias), atol=1e-4)
 
 
 @pytest.mark.parametrize("k_act", [1, 2, 4])
@@ -116,6 +117,13 @@ def test_router_logits_get_gradients_through_the_gates(device):
     torch.testing.assert_close(logits.grad, logits_ref.grad, atol=3e-2 * logits_ref.grad.abs().max().item(), rtol=0)
 
 
+def test_tf32_by_default_in_forward_and_backward(device):
+    """fp32 operands take tf32 dots by default (as the forward does, so does its backward): within tf32's rounding
+    of the reference, not within fp32's."""
+    x, w = torch.randn(64, 256, device=device), torch.randn(256, 32, device=device)
+    _check_gradients(lambda mm, x, w: mm(x, w, None), (x, w), atol=1e-2)
+
+
 def test_gradient_refusals(device):
     x = torch.randn(8, 16, device=device, requires_grad=True)
     w = torch.randn(16, 8, device=device)
@@ -140,7 +148,7 @@ def test_split_k_forward_and_backward(split_k, device):
     with ogsgen.opt_flags_constraints(split_k=split_k):
         _check_gradients(lambda mm, x, w: mm(x, w, None, rd, scatter_indx=si), (x, w), atol=3e-2)
         dense_x, dense_w = torch.randn(16, width, device=device), torch.randn(width, 24, device=device)
-        _check_gradients(lambda mm, x, w: mm(x, w, None), (dense_x, dense_w), atol=1e-4)
+        _check_gradients(lambda mm, x, w: mm(x, w, None, precision_config=FP32), (dense_x, dense_w), atol=1e-4)
 
 
 @pytest.mark.gpu

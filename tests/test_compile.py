@@ -43,7 +43,9 @@ def test_fullgraph_moe_layer_matches_eager(device):
     out_eager, grads_eager = _forward_backward(moe_layer, params)
     torch.testing.assert_close(out, out_eager, atol=0, rtol=0)
     for grad, grad_eager in zip(grads, grads_eager):
-        torch.testing.assert_close(grad, grad_eager, atol=1e-5, rtol=1e-5)
+        # the same kernels; inductor fuses the elementwise steps around them (x's two gradients, from the router
+        # and from w1, summed in fp32 and rounded to bf16 once), so bf16 gradients may differ by a rounding
+        torch.testing.assert_close(grad.float(), grad_eager.float(), atol=1e-2 * grad_eager.abs().max().item(), rtol=0)
         assert grad.abs().sum() > 0
 
 
@@ -55,17 +57,17 @@ def test_custom_ops_pass_opcheck(device):
     w1.requires_grad_()
     torch.library.opcheck(torch.ops.ogsgen.matmul_ogs.default, (
         x, w1, b1, *routing, gi.src_indx, gi.dst_indx, None, None, None, None, None, N_EXPTS, K_ACT, None, "swiglu",
-        [1.702, 7.0], None))
+        [1.702, 7.0], None, True))
     h = torch.randn(TOKENS * K_ACT, HIDDEN, device=device).bfloat16().requires_grad_()
     torch.library.opcheck(torch.ops.ogsgen.matmul_ogs.default, (
         h, w2, b2, *routing, None, None, si.src_indx, si.dst_indx, None, rd.gate_scal, None, N_EXPTS, K_ACT, None,
-        None, [], None))
+        None, [], None, True))
     dense = torch.randn(8, WIDTH, device=device, requires_grad=True)
     torch.library.opcheck(torch.ops.ogsgen.matmul_ogs.default, (
         dense, router_w.requires_grad_(), None, None, None, None, None, None, None, None, None, None, None, None, 1, 1,
-        0.5, None, [], torch.float32))
+        0.5, None, [], torch.float32, False))
     torch.library.opcheck(torch.ops.ogsgen.matmul_ogs_inner.default, (
-        x.mT, h.detach(), *routing, gi.src_indx, K_ACT, 32, torch.float32))
+        x.mT, h.detach(), *routing, gi.src_indx, K_ACT, 32, torch.float32, True))
     ids = torch.topk(torch.randn(TOKENS, N_EXPTS, device=device), K_ACT).indices.reshape(-1)
     torch.library.opcheck(torch.ops.ogsgen.routing_metadata.default, (ids, N_EXPTS, ids.numel()))
 

@@ -11,8 +11,9 @@ from cases import run_case, run_moe_case
 from ogsgen.runtime import loader
 
 DEFAULT = default_catalog().by_name()
-DENSE = {name: v for name, v in DEFAULT.items() if v.family == "matmul" and not v.ragged}
+DENSE = {name: v for name, v in DEFAULT.items() if v.family == "matmul" and not v.ragged and not v.inner}
 MOE = {name: v for name, v in DEFAULT.items() if v.ragged}
+INNER = {name: v for name, v in DEFAULT.items() if v.inner}
 LOADED = set()
 
 
@@ -74,6 +75,24 @@ def test_default_moe_variant(name, device):
         run_moe_case(variant, 17, 32, 24, 4, 1, device)
         if not (variant.scatter and variant.activation):  # a scatter's split goes through its top-k combine
             run_moe_case(variant, 9, 32, 100, 4, 2, device, split_k=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(INNER))
+def test_default_inner_variant(name, device):
+    """Ragged K as training's backward calls it: x^T of tokens (gathered) or sorted rows, w the rows' dY."""
+    variant = INNER[name]
+    rd, gi, _ = ogsgen.routing(torch.randn(13, 5, device=device), 2)
+    x = torch.randn(13 if variant.gather else 26, 40, device=device).to(variant.x.torch_dtype)
+    dy = torch.randn(26, 24, device=device).to(variant.x.torch_dtype)
+    acc = torch.randn(5, 40, 24, device=device).to(variant.y.torch_dtype) if variant.y_acc_in else None
+    kwargs = dict(gather_indx=gi if variant.gather else None, y_acc_in=acc,
+                  precision_config=ogsgen.PrecisionConfig(out_dtype=variant.y.torch_dtype),
+                  inner_routing_data=ogsgen.InnerRoutingData(rd, 16))
+    expected = ogsgen.matmul_ogs_torch(x.mT, dy, None, **kwargs).float()
+    out = ogsgen.matmul_ogs(x.mT, dy, None, **kwargs)
+    tolerance = 2e-2 if variant.y.bits == 16 else 1e-3
+    torch.testing.assert_close(out.float(), expected, atol=tolerance * expected.abs().max().item(), rtol=0)
 
 
 PERSISTENT = sorted(name for name, v in DEFAULT.items() if v.has_persistent_kernel)

@@ -73,7 +73,7 @@ def _through_custom_op(x, w, bias, routing_data, gather_indx, scatter_indx, pc, 
         meta = _metadata(inner.base, min(x.shape[1], w.shape[0]))
         return matmul_ogs_inner_op(x, w, inner.base.expt_hist, meta.slice_offs, meta.block_offs_data,
                                    meta.block_schedule_data, None if gather_indx is None else gather_indx.src_indx,
-                                   inner.base.n_expts_act, inner.block_k, pc.out_dtype)
+                                   inner.base.n_expts_act, inner.block_k, pc.out_dtype, pc.allow_tf32)
     activation, activation_args = None, []
     if act is not None and not act.specs.is_default:
         activation, activation_args = _activation(act)
@@ -84,7 +84,7 @@ def _through_custom_op(x, w, bias, routing_data, gather_indx, scatter_indx, pc, 
         x, w, bias, routing_data.expt_hist if ragged else None, *(_fields(meta) if ragged else (None,) * 3),
         *_indices(gather_indx), *_indices(scatter_indx), betas, gammas, y_acc_in,
         routing_data.n_expts_tot if ragged else 1, routing_data.n_expts_act if ragged else 1,
-        None if out_alpha is None else float(out_alpha), activation, activation_args, pc.out_dtype)
+        None if out_alpha is None else float(out_alpha), activation, activation_args, pc.out_dtype, pc.allow_tf32)
 
 
 def _has_scales(pc: PrecisionConfig) -> bool:

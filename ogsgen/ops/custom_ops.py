@@ -40,20 +40,21 @@ def matmul_ogs_op(x: Tensor, w: Tensor, bias: Optional[Tensor], expt_hist: Optio
                   gather_src: Optional[Tensor], gather_dst: Optional[Tensor], scatter_src: Optional[Tensor],
                   scatter_dst: Optional[Tensor], betas: Optional[Tensor], gammas: Optional[Tensor],
                   y_acc_in: Optional[Tensor], n_expts_tot: int, n_expts_act: int, out_alpha: Optional[float],
-                  activation: Optional[str], activation_args: list[float], out_dtype: Optional[torch.dtype]) -> Tensor:
+                  activation: Optional[str], activation_args: list[float], out_dtype: Optional[torch.dtype],
+                  allow_tf32: bool) -> Tensor:
     routing_data = routing_args(expt_hist, slice_offs, block_offs, block_schedule, n_expts_tot, n_expts_act)
     with torch.no_grad():  # the launch path refuses inputs that require grad; this op's autograd is registered
         return matmul_ogs_impl(
             x, w, bias, routing_data, None if gather_src is None else GatherIndx(gather_src, gather_dst),
             None if scatter_src is None else ScatterIndx(scatter_src, scatter_dst),
-            PrecisionConfig(out_dtype=out_dtype), betas=betas, gammas=gammas, out_alpha=out_alpha,
-            fused_activation=activation_of(activation, activation_args), y_acc_in=y_acc_in)
+            PrecisionConfig(out_dtype=out_dtype, allow_tf32=allow_tf32), betas=betas, gammas=gammas,
+            out_alpha=out_alpha, fused_activation=activation_of(activation, activation_args), y_acc_in=y_acc_in)
 
 
 @matmul_ogs_op.register_fake
 def _matmul_ogs_fake(x, w, bias, expt_hist, slice_offs, block_offs, block_schedule, gather_src, gather_dst,
                      scatter_src, scatter_dst, betas, gammas, y_acc_in, n_expts_tot, n_expts_act, out_alpha, activation,
-                     activation_args, out_dtype):
+                     activation_args, out_dtype, allow_tf32):
     reduction_n = 1 if activation is None else registered("activation", activation).reduction_n
     rows = gather_src.shape[0] if gather_src is not None else x.shape[-2]
     if scatter_src is not None:
@@ -68,15 +69,16 @@ matmul_ogs_op.register_autograd(gradients.matmul_ogs_backward, setup_context=gra
 @torch.library.custom_op("ogsgen::matmul_ogs_inner", mutates_args=())
 def matmul_ogs_inner_op(x: Tensor, w: Tensor, expt_hist: Tensor, slice_offs: Optional[Tensor],
                         block_offs: Optional[Tensor], block_schedule: Optional[Tensor], gather_src: Optional[Tensor],
-                        n_expts_act: int, block_k: int, out_dtype: Optional[torch.dtype]) -> Tensor:
+                        n_expts_act: int, block_k: int, out_dtype: Optional[torch.dtype], allow_tf32: bool) -> Tensor:
     base = routing_args(expt_hist, slice_offs, block_offs, block_schedule, expt_hist.shape[0], n_expts_act)
     gather = None if gather_src is None else GatherIndx(gather_src, gather_src)  # the kernel reads src_indx only
     with torch.no_grad():
-        return matmul_ogs_impl(x, w, None, gather_indx=gather, precision_config=PrecisionConfig(out_dtype=out_dtype),
+        return matmul_ogs_impl(x, w, None, gather_indx=gather,
+                               precision_config=PrecisionConfig(out_dtype=out_dtype, allow_tf32=allow_tf32),
                                inner_routing_data=InnerRoutingData(base, block_k))
 
 
 @matmul_ogs_inner_op.register_fake
 def _matmul_ogs_inner_fake(x, w, expt_hist, slice_offs, block_offs, block_schedule, gather_src, n_expts_act, block_k,
-                           out_dtype):
+                           out_dtype, allow_tf32):
     return x.new_empty((expt_hist.shape[0], x.shape[0], w.shape[1]), dtype=out_dtype or x.dtype)

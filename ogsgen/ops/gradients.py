@@ -18,28 +18,31 @@ import torch
 from ..moe.metadata import BLOCK_SIZES
 from ..runtime.opt_flags import current_constraints
 from ..spec.functions import registered
+from ..types import INNER_BLOCK_K
 
-INNER_BLOCK_K = 32  # the ragged-K tile of dW (segments hold an expert's tokens, often a few dozen)
 
 # ogsgen::matmul_ogs's differentiable inputs, by position
 X, W, BIAS, BETAS, GAMMAS, Y_ACC_IN = 0, 1, 2, 11, 12, 13
-N_INPUTS = 20
+N_INPUTS = 21
 
 
 def matmul_ogs_setup_context(ctx, inputs, output):
     (x, w, bias, hist, slice_offs, block_offs, schedule, gather_src, gather_dst, scatter_src, scatter_dst, betas,
-     gammas, _y_acc_in, n_expts_tot, n_expts_act, out_alpha, activation, activation_args, _out_dtype) = inputs
+     gammas, _y_acc_in, n_expts_tot, n_expts_act, out_alpha, activation, activation_args, _out_dtype,
+     allow_tf32) = inputs
     ctx.save_for_backward(x, w, bias, hist, slice_offs, block_offs, schedule, gather_src, gather_dst, scatter_src,
                           scatter_dst, betas, gammas)
-    ctx.scalars = (n_expts_tot, n_expts_act, out_alpha, activation, tuple(activation_args))
+    ctx.scalars = (n_expts_tot, n_expts_act, out_alpha, activation, tuple(activation_args), allow_tf32)
 
 
 def matmul_ogs_backward(ctx, dy):
     (x, w, bias, hist, slice_offs, block_offs, schedule, gather_src, gather_dst, scatter_src, scatter_dst, betas,
      gammas) = ctx.saved_tensors
-    n_expts_tot, k, alpha, activation, activation_args = ctx.scalars
+    n_expts_tot, k, alpha, activation, activation_args, allow_tf32 = ctx.scalars
     need = ctx.needs_input_grad
-    matmul = torch.ops.ogsgen.matmul_ogs
+
+    def matmul(*args):  # the forward's precision (tf32 dots for fp32 operands, or not)
+        return torch.ops.ogsgen.matmul_ogs(*args, allow_tf32)
     routing = (hist, slice_offs, block_offs, schedule)
     ragged = hist is not None
     n_rows = scatter_dst.shape[0] if scatter_dst is not None else dy.shape[-2]
@@ -87,13 +90,12 @@ def matmul_ogs_backward(ctx, dy):
     if need[W]:
         if ragged:
             grads[W] = torch.ops.ogsgen.matmul_ogs_inner(x.mT, operand, *routing, gather_src, k, _inner_block_k(),
-                                                         w.dtype).reshape(w.shape)
+                                                         w.dtype, allow_tf32).reshape(w.shape)
         else:
             grads[W] = matmul(x.mT, operand, None, *routing, None, None, None, None, None, None, None, n_expts_tot, k,
                               None, None, [], w.dtype).reshape(w.shape)
     if bias is not None and need[BIAS]:
-        grads[BIAS] = _bias_gradient(dz if betas is None else dz * betas[:, None], bias, slice_offs, n_expts_tot,
-                                     ragged)
+        grads[BIAS] = _bias_gradient(dz if betas is None else dz * betas[:, None], bias, routing, ragged)
     grads[GAMMAS] = d_gammas
     if need[Y_ACC_IN]:
         grads[Y_ACC_IN] = dy
@@ -106,12 +108,14 @@ def _inner_block_k() -> int:
     return block_k if block_k in BLOCK_SIZES else INNER_BLOCK_K
 
 
-def _bias_gradient(dz, bias, slice_offs, n_expts_tot, ragged):
-    if ragged and bias.ndim == 2 and bias.shape[0] > 1:  # each expert's rows
-        rows = torch.arange(dz.shape[0], dtype=slice_offs.dtype, device=dz.device)
-        expert = torch.searchsorted(slice_offs[1:].contiguous(), rows, right=True)  # n_expts_tot past the last
-        summed = torch.zeros(n_expts_tot + 1, dz.shape[-1], device=dz.device).index_add_(0, expert, dz)
-        return summed[:n_expts_tot].to(bias.dtype)
+def _bias_gradient(dz, bias, routing, ragged):
+    if ragged and bias.ndim == 2 and bias.shape[0] > 1:
+        # each expert's rows summed: the ragged-K product of a row of ones with dz (fp32, no tf32 rounding), which
+        # reads dz once; an index_add would have every row's atomics meet in the experts' few bias rows
+        ones = torch.ones(1, dz.shape[0], dtype=torch.float32, device=dz.device)
+        summed = torch.ops.ogsgen.matmul_ogs_inner(ones, dz.float().contiguous(), *routing, None, 1,
+                                                   _inner_block_k(), torch.float32, False)
+        return summed[:, 0].to(bias.dtype)
     if not ragged and dz.ndim == 3 and bias.ndim == 2 and bias.shape[0] > 1:  # each batch entry's rows
         return dz.sum(1).to(bias.dtype)
     return dz.reshape(-1, dz.shape[-1]).sum(0).reshape(bias.shape).to(bias.dtype)

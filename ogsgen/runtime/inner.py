@@ -126,11 +126,12 @@ def _check_segments_on_host(hist, inner, x_len, w_len, gather_indx, x_columns):
     if bool((counts < 0).any()):
         raise SpecError("inner_routing_data.base.expt_hist has a negative count")
     used = int(counts.sum())
-    padded = int(((counts + inner.block_k - 1) // inner.block_k * inner.block_k).sum())
+    padded_counts = (counts + inner.block_k - 1) // inner.block_k * inner.block_k
+    padded_end = int((torch.cumsum(padded_counts, 0) - padded_counts + counts).max()) if counts.numel() else 0
     for name, length, is_padded in (("x's columns" if gather_indx is None else "gather_indx", x_len,
                                      inner.x_is_padded), ("w's rows", w_len, inner.w_is_padded)):
-        needed = padded if is_padded else used
-        how = f"padded to multiples of block_k={inner.block_k}" if is_padded else "the histogram's sum"
+        needed = padded_end if is_padded else used
+        how = f"segments starting at multiples of block_k={inner.block_k}" if is_padded else "the histogram's sum"
         if needed > length:
             raise SpecError(f"the experts' segments need {needed} entries of {name} ({how}), but it has {length}")
     if gather_indx is not None and used:
@@ -140,14 +141,20 @@ def _check_segments_on_host(hist, inner, x_len, w_len, gather_indx, x_columns):
 
 
 def _inner_flags(call: Call, x, block_k: int, bitwise_invariant: bool):
+    n_sms = target(x.device).sm_count if x.is_cuda else None
+    return inner_flags(x.element_size(), call.batch, call.m, call.n, call.k, block_k, n_sms, bitwise_invariant,
+                       current_constraints())
+
+
+def inner_flags(itemsize: int, n_expts: int, m: int, n: int, k_per_expert: int, block_k: int, n_sms: int | None,
+                bitwise_invariant: bool = False, constraints: tuple = ()):
     """The batched heuristic's tile over (experts, x rows, w columns), with the K tile the segments are padded to.
     Each program sums its expert's whole segment on the tiled kernel: constraints on split_k and persistent (meant
     for the row-ragged matmuls of the same code) do not apply; one on block_k must agree with inner.block_k."""
-    n_sms = target(x.device).sm_count if x.is_cuda else None
-    constraints = {key: value for key, value in current_constraints() if key not in ("split_k", "persistent")}
+    constraints = {key: value for key, value in constraints if key not in ("split_k", "persistent")}
     if constraints.get("block_k", block_k) != block_k:
         raise InapplicableConstraintError(f"opt_flags_constraints block_k={constraints['block_k']}: a ragged-K call "
                                           f"takes block_k={block_k}, its inner_routing_data.block_k")
-    flags = make_opt_flags(x.element_size(), call.batch, call.m, call.n, call.k, 1, None, 0, False, n_sms,
+    flags = make_opt_flags(itemsize, n_expts, m, n, k_per_expert, 1, None, 0, False, n_sms,
                            bitwise_invariant=bitwise_invariant, constraints=tuple(sorted(constraints.items())))
     return replace(flags, block_k=block_k, split_k=1, persistent=False)

@@ -13,9 +13,12 @@ k > 1 its rows go through the top-k reduce, which takes k as a constant (its k r
 warm-up covers k = 1, 2, 4 and 8. Hopper-layout mxfp4 variants are warmed with scales recorded <= 2 (the
 one-multiply upcast, what prepare_expert_weights' scales get) and with unrecorded ones.
 
-The routing kernels (histogram, ragged metadata) are warmed for up to 1024 experts.
+The routing kernels (histogram, ragged metadata) are warmed for up to 1024 experts. Ragged-K (``inner``) variants
+are warmed as training's backward calls them: block_k 32, unpadded operands, x the transposed token (or sorted)
+rows.
 
-Not covered, compiled on first use: N or K not a multiple of 16, operands with other strides (MX scales
+Not covered, compiled on first use: N or K not a multiple of 16, ragged-K calls with padded operands or another
+block_k, operands with other strides (MX scales
 K-contiguous among them: Hopper gives them tiles of their own), enforce_bitwise_invariance, top-k other than 1, 2,
 4 and 8, and custom functions whose runtime arguments are not floats (such calls are reported as failed, the rest
 goes on). Triton's cache key of a kernel depends on which kernels sharing its helpers were compiled before it in
@@ -41,7 +44,9 @@ from ..numerics.scale_bounds import LARGEST_SMALL_CODE, bound_mx_scales
 from ..spec.catalog import default_catalog, load_catalog_file
 from ..spec.formats import MX_BLOCK
 from ..spec.variant import KernelVariant, canonical_name
-from ..types import Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig
+from ..types import (INNER_BLOCK_K, Epilogue, FlexCtx, FusedActivation, InFlexData, InnerRoutingData, OutFlexData,
+                     PrecisionConfig)
+from .inner import inner_flags
 from .matmul import matmul_ogs
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
 
@@ -77,6 +82,9 @@ class WarmupCall:
 
     def run(self, device) -> None:
         v, n, k = self.variant, _N, self.k
+        if v.inner:
+            self._run_inner(device)
+            return
         n_out = n // v.reduction_n
         if v.ragged:
             rd, gi, si = routing(torch.randn(_TOKENS, _CALL_EXPERTS, device=device), self.top_k)
@@ -108,6 +116,20 @@ class WarmupCall:
                        epilogue=Epilogue(v.epilogue, (1.0,) * len(v.epilogue.fn_arg_names)) if v.epilogue else None)
 
 
+    def _run_inner(self, device) -> None:
+        """A weight gradient's ragged-K call: x^T of the token rows (gathered) or sorted rows, w the rows' dY."""
+        v = self.variant
+        rd, gi, _ = routing(torch.randn(_TOKENS, _CALL_EXPERTS, device=device), self.top_k)
+        rows = _TOKENS * self.top_k
+        x = torch.randn(_TOKENS if v.gather else rows, self.k, device=device).to(v.x.torch_dtype)
+        dy = torch.randn(rows, _N, device=device).to(v.x.torch_dtype)
+        acc = torch.zeros(_CALL_EXPERTS, self.k, _N, device=device).to(v.y.torch_dtype) if v.y_acc_in else None
+        with opt_flags_constraints(**asdict(self.flags)):
+            matmul_ogs(x.mT, dy, None, gather_indx=gi if v.gather else None, y_acc_in=acc,
+                       precision_config=PrecisionConfig(out_dtype=v.y.torch_dtype),
+                       inner_routing_data=InnerRoutingData(rd, self.flags.block_k))
+
+
 @dataclass(frozen=True)
 class RoutingWarmup:
     """The MoE helper kernels (expert histogram, ragged metadata) for expert counts in (n_experts / 2,
@@ -135,6 +157,9 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
     """The launch configurations ``matmul_ogs`` may pick for ``variant`` (at batch 1) on a GPU of ``n_sms`` SMs
     (``tma``: with TMA, i.e. Hopper or later, where persistent kernels run)."""
     itemsize = variant.x.torch_dtype.itemsize
+    if variant.inner:  # x rows (a model's width), N, an expert's tokens, experts
+        return list(dict.fromkeys(inner_flags(itemsize, experts, m, n, k, INNER_BLOCK_K, n_sms)
+                                  for m, n, k, experts in itertools.product(_NS, _NS, (16, 64, 512, 4096), _EXPERTS)))
     w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
     y_mx = variant.y.scaling == "block_e8m0"
     # A scatter splits K only in its top-k calls (without an activation); one gate per token writes y directly.
@@ -172,7 +197,7 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
 
 def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
     """What warm-up runs: the routing kernels when any variant is ragged, then every matmul variant's calls."""
-    calls = [RoutingWarmup(1 << i) for i in range(4, 11)] if any(v.ragged for v in variants) else []
+    calls = [RoutingWarmup(1 << i) for i in range(4, 11)] if any(v.ragged or v.inner for v in variants) else []
     for v in variants:
         if v.family != "matmul":
             continue
