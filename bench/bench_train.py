@@ -1,6 +1,7 @@
 """Benchmark a MoE expert layer's forward + backward (training) on ogsgen against torch._grouped_mm, in one run.
 
-    PYTHONPATH=. python bench/bench_train.py --out bench/results/DATE-train [--tokens 2048 8192]
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH=. python bench/bench_train.py \
+        --out bench/results/DATE-train [--tokens 2048 8192] [--shapes gpt-oss-120b DeepSeek-V3]
 
 The layer: w1 (tokens gathered to their experts, + bias, SwiGLU) then w2 (+ bias, times the gates, scattered back
 and summed over each token's top-k), bf16, with gradients for x, w1, b1, w2 and b2. ogsgen: two ogsgen.matmul_ogs
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import datetime
 import json
 import os
@@ -66,12 +68,15 @@ def steps(name, tokens):
     grad_out = torch.randn(tokens, width, device="cuda").bfloat16()
     experts = torch.repeat_interleave(torch.arange(n_expts, device="cuda"), rd.expt_hist.long())
     rows = (gi.src_indx.long() // k, experts, torch.cumsum(rd.expt_hist, 0).to(torch.int32), rd.gate_scal)
-    yield "ogsgen", [t.clone().requires_grad_() for t in (x, w1, b1, w2, b2)], \
-        (lambda p: ogsgen_layer(*p, rd, gi, si)), grad_out
-    # _grouped_mm takes K-contiguous weights: the same values, laid out for it
-    yield "torch._grouped_mm", [t.requires_grad_() for t in (x.clone(), w1.mT.contiguous().mT, b1.clone(),
-                                                             w2.mT.contiguous().mT, b2.clone())], \
-        (lambda p: grouped_mm_layer(*p, rows)), grad_out
+    # _grouped_mm takes K-contiguous weights: the same values, laid out for it. Each library's tensors are made
+    # when its turn comes and dropped by the caller after it (DeepSeek-V3's weights take 11 GB a copy).
+    make = {"ogsgen": lambda t: t.clone(), "torch._grouped_mm": lambda t: t.mT.contiguous().mT if t.ndim == 3
+            else t.clone()}
+    layers = {"ogsgen": lambda p: ogsgen_layer(*p, rd, gi, si),
+              "torch._grouped_mm": lambda p: grouped_mm_layer(*p, rows)}
+    for impl in make:
+        yield impl, [make[impl](t).requires_grad_() for t in (x, w1, b1, w2, b2)], layers[impl], grad_out
+        gc.collect()
 
 
 def case(name, tokens):
@@ -93,6 +98,7 @@ def case(name, tokens):
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         results.append(row)
         params.clear()  # the next library runs without these tensors
+        gc.collect()  # (an out-of-memory exception's frames hold them too)
         torch.cuda.empty_cache()
     if len(grads) == 2:
         names = ("y", "dx", "dw1[:2]", "db1[:2]", "dw2[:2]", "db2[:2]")
@@ -138,7 +144,7 @@ def main():
                 writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
                 writer.writeheader()
                 writer.writerows(rows)
-    (args.out / "table.md").write_text(table(rows))
+            (args.out / "table.md").write_text(table(rows))  # what is measured survives a later failure
     print(table(rows))
 
 

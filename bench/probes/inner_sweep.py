@@ -1,0 +1,100 @@
+"""Probe: launch parameters for the ragged-K (weight gradient) kernel, then a training step with the best.
+
+    PYTHONPATH=. python bench/probes/inner_sweep.py --out OUT [--tiles 128x256x32x8x3 128x128x64x8x3 ...]
+
+The two weight gradients of bench_train's gpt-oss-120b T=2048 step (dW1: x's tokens gathered, 128 experts, 2880 x
+5760; dW2: sorted rows, 2880 x 2880), each timed (CUDA-graph medians) under the heuristic and under each tile
+(block_k is the ragged-K tile, so each tile runs with its own InnerRoutingData.block_k), every output compared
+with the heuristic's. Then the whole step (bench_train's ogsgen forward + backward), with the heuristic and with
+ogsgen.runtime.inner.inner_flags replaced by the best tile of each gradient. Writes OUT/inner_sweep.txt.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench, do_bench_cudagraph
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench_train  # noqa: E402
+
+import ogsgen  # noqa: E402
+from ogsgen.runtime import inner  # noqa: E402
+
+TILES = ["128x256x32x8x3", "128x256x64x8x3", "128x128x64x8x3", "128x128x64x4x4", "64x256x64x4x4", "128x128x128x8x3",
+         "256x128x64x8x3", "128x256x128x8x2"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tiles", nargs="+", default=TILES)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    tokens, n_expts, k_act, width, n1 = 2048, 128, 4, 2880, 5760
+    rd, gi, _ = ogsgen.routing(torch.randn(tokens, n_expts, device="cuda"), k_act)
+    rows = tokens * k_act
+    x = torch.randn(tokens, width, device="cuda").bfloat16()
+    x_sorted = torch.randn(rows, n1 // 2, device="cuda").bfloat16()
+    dz1 = torch.randn(rows, n1, device="cuda").bfloat16()
+    dz2 = torch.randn(rows, width, device="cuda").bfloat16()
+    cases = {"dW1 (gathered tokens)": (x.mT, dz1, gi), "dW2 (sorted rows)": (x_sorted.mT, dz2, None)}
+    lines, best = [], {}
+    original_flags = inner.inner_flags
+    for name, (xt, dz, gather) in cases.items():
+        def call(block_k):
+            return ogsgen.matmul_ogs(xt, dz, None, gather_indx=gather,
+                                     inner_routing_data=ogsgen.InnerRoutingData(rd, block_k))
+        reference = call(32)
+        heuristic = original_flags(2, n_expts, xt.shape[0], dz.shape[1], rows // n_expts, 32, 132)
+        timings = [("heuristic " + str(heuristic), do_bench_cudagraph(lambda: call(32), rep=100), 0.0, None)]
+        for tile in args.tiles:
+            bm, bn, bk, warps, stages = map(int, tile.split("x"))
+            try:
+                with ogsgen.opt_flags_constraints(block_m=bm, block_n=bn, block_k=bk, num_warps=warps,
+                                                  num_stages=stages):
+                    out = call(bk)
+                    ms = do_bench_cudagraph(lambda: call(bk), rep=100)
+                diff = ((out.float() - reference.float()).abs().max() / reference.float().abs().max()).item()
+                timings.append((tile, ms, diff, (bm, bn, bk, warps, stages)))
+            except Exception as exc:
+                lines.append(f"{name} {tile}: {type(exc).__name__}: {str(exc).splitlines()[0][:150]}")
+        for tile, ms, diff, _ in timings:
+            lines.append(f"{name:24s} {tile:60s} {ms * 1e3:9.1f} us  max diff {diff:.1e}")
+        fastest = min((t for t in timings if t[3] is not None and t[2] < 1e-2), key=lambda t: t[1], default=None)
+        if fastest is not None and fastest[1] < timings[0][1]:
+            best[gather is not None] = fastest[3]
+    print("\n".join(lines), flush=True)
+
+    for label in ("heuristic", "best tiles"):
+        for impl, params, layer, grad_out in bench_train.steps("gpt-oss-120b", tokens):
+            if impl != "ogsgen":
+                params.clear()
+                continue
+
+            def step():
+                layer(params).backward(grad_out)
+            step()
+            ms = do_bench(step, warmup=5, rep=200, grad_to_none=params, return_mode="median")
+            lines.append(f"training step gpt-oss-120b T=2048, {label}: {ms:.3f} ms")
+            params.clear()
+        if not best:
+            break
+        # the ragged-K calls of the step (block_k 32, its INNER_BLOCK_K) take the best tile for their operands
+        tiles = dict(best)
+        inner.inner_flags = lambda itemsize, n_expts, m, n, k_per_expert, block_k, n_sms, bitwise_invariant=False, \
+            constraints=(): replace(original_flags(itemsize, n_expts, m, n, k_per_expert, block_k, n_sms),
+                                    **dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"),
+                                               tiles.get(n == n1, tiles.get(True, tiles.get(False))))))
+        lines.append(f"best tiles: {best}")
+    inner.inner_flags = original_flags
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "inner_sweep.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[-3:]))
+
+
+if __name__ == "__main__":
+    main()
