@@ -271,3 +271,17 @@ def test_matmul_picks_hopper_tiles_by_the_scales_layout(monkeypatch):
         ogsgen.matmul_ogs(x, w, None, precision_config=ogsgen.PrecisionConfig(weight_scale=weight_scale))
     assert launches[0][:3] == (128, 256, 128) and launches[0][3]["num_warps"] == 8
     assert launches[1][:3] == (64, 256, 64) and "maxnreg" not in launches[1][3]
+
+
+def test_weight_gradient_products_take_wide_tiles():
+    """Ragged-K products of 16-bit operands at weight-gradient sizes take 128x256 tiles (measured on the H200:
+    bench/results/2026-12-03g-train/inner_sweep.txt); fp32 ones (bias gradients) and small ones keep the batched
+    heuristic's, and a constrained tile wins."""
+    from ogsgen.runtime.inner import inner_flags
+    wide = inner_flags(2, 128, 2880, 5760, 64, 32, 132)
+    assert (wide.block_m, wide.block_n, wide.block_k, wide.num_warps, wide.num_stages) == (128, 256, 32, 8, 3)
+    assert inner_flags(2, 128, 2880, 5760, 64, 128, 132).num_stages == 2  # 128-row K tiles: two stages fit
+    assert inner_flags(4, 128, 1, 5760, 64, 32, 132).block_m == 16
+    assert inner_flags(2, 8, 256, 256, 16, 32, 132).block_n == 128
+    forced = inner_flags(2, 128, 2880, 5760, 64, 32, 132, constraints=(("block_n", 64),))
+    assert forced.block_n == 64
