@@ -15,9 +15,10 @@ _LAZY = {
     ".moe": ("prepare_expert_weights", "routing", "routing_from_topk"),
     ".numerics": ("SwizzledMxValues", "bound_mx_scales", "swizzle_mx_values", "unswizzle_mx_values"),
     ".ops": ("matmul_ogs",),
-    ".runtime": ("Epilogue", "FlexCtx", "FusedActivation", "GatherIndx", "InFlexData", "InnerRoutingData",
-                 "OptFlags", "OutFlexData", "PrecisionConfig", "RoutingData", "ScatterIndx", "add_search_path",
-                 "matmul_ogs_torch", "opt_flags_constraints", "set_on_demand"),
+    ".runtime": ("Epilogue", "FlexCtx", "FusedActivation", "FusedComm", "GatherIndx", "InFlexData",
+                 "InnerRoutingData", "OptFlags", "OutFlexData", "PrecisionConfig", "RoutingData", "ScatterIndx",
+                 "add_search_path", "fused_comm_reference", "matmul_ogs_torch", "opt_flags_constraints",
+                 "post_matmul_comm_torch", "set_on_demand"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 

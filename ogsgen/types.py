@@ -40,6 +40,21 @@ class RoutingData:
         return triton.cdiv(max(n_rows - self.n_expts_tot + 1, 0), block_m) + self.n_expts_tot - 1
 
 
+@dataclass(frozen=True)
+class FusedComm:
+    """The output rows written straight into other GPUs' buffers (expert parallelism, tensor parallelism): with
+    ``out_handles`` the int64 addresses of every rank's output buffer (one per rank, all of one shape, e.g. the
+    ``buffer_ptrs`` of a ``torch.distributed._symmetric_memory`` rendezvous), local row m goes to row
+    ``m * n_reduce_shards + reduce_rank`` of each destination buffer: every rank's (all-gather, ``scatter_shard_indx``
+    None, world size = n_reduce_shards), or those of the shard ``s = scatter_shard_indx[m]``, ranks
+    ``[s * n_reduce_shards, (s + 1) * n_reduce_shards)``. ``y`` is this rank's own buffer, (rows * n_reduce_shards,
+    N). The call does not synchronize the ranks: a barrier after it (the symmetric memory handle's) does."""
+    out_handles: torch.Tensor
+    scatter_shard_indx: torch.Tensor | None = None
+    reduce_rank: int = 0
+    n_reduce_shards: int = 1
+
+
 INNER_BLOCK_K = 32  # the default ragged-K tile: segments hold an expert's tokens, often a few dozen
 
 

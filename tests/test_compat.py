@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ogsgen
-from ogsgen.errors import InapplicableConstraintError, UnsupportedError
+from ogsgen.errors import InapplicableConstraintError, SpecTypeError, UnsupportedError
 from ogsgen.runtime.opt_flags import current_constraints
 from ogsgen.testing import assert_close
 
@@ -95,7 +95,7 @@ def test_unsupported_arguments_are_refused_by_name(device):
     with pytest.raises(UnsupportedError, match="n_rows"):
         ro.routing(logits, 2, n_rows=4)
     x = torch.randn(8, 16, device=device).bfloat16()
-    with pytest.raises(UnsupportedError, match="fused_comm"):
+    with pytest.raises(SpecTypeError, match="fused_comm must be an ogsgen.FusedComm"):  # mo.FusedComm is that
         mo.matmul_ogs(x, x.mT.contiguous(), None, fused_comm=object())
 
 

@@ -45,7 +45,7 @@ def _xw(device, m=8, k=16, n=32, dtype=torch.float16):
                                                      torch.zeros(8, dtype=torch.int32))}),
      SpecError, "gather_indx and scatter_indx index expert-sorted rows: pass routing_data"),
     (lambda x, w: (x, w, {"inner_routing_data": object()}), SpecTypeError, "must be an ogsgen.InnerRoutingData"),
-    (lambda x, w: (x, w, {"fused_comm": object()}), UnsupportedError, "fused_comm is not supported"),
+    (lambda x, w: (x, w, {"fused_comm": object()}), SpecTypeError, "must be an ogsgen.FusedComm"),
     (lambda x, w: (x, w, {"precision_config": PrecisionConfig(weight_scale=torch.zeros(1))}), SpecError,
      "precision_config.weight_scale makes w an mx tensor: w must be uint8"),
     (lambda x, w: (x, w, {"precision_config": PrecisionConfig(act_scale=torch.zeros(1))}), SpecError,

@@ -11,8 +11,10 @@ from cases import run_case, run_moe_case
 from ogsgen.runtime import loader
 
 DEFAULT = default_catalog().by_name()
-DENSE = {name: v for name, v in DEFAULT.items() if v.family == "matmul" and not v.ragged and not v.inner}
-MOE = {name: v for name, v in DEFAULT.items() if v.ragged}
+DENSE = {name: v for name, v in DEFAULT.items()
+         if v.family == "matmul" and not v.ragged and not v.inner and not v.fused_comm}
+MOE = {name: v for name, v in DEFAULT.items() if v.ragged and not v.fused_comm}
+FUSED_COMM = {name: v for name, v in DEFAULT.items() if v.fused_comm}
 INNER = {name: v for name, v in DEFAULT.items() if v.inner}
 LOADED = set()
 
@@ -93,6 +95,33 @@ def test_default_inner_variant(name, device):
     out = ogsgen.matmul_ogs(x.mT, dy, None, **kwargs)
     tolerance = 2e-2 if variant.y.bits == 16 else 1e-3
     torch.testing.assert_close(out.float(), expected, atol=tolerance * expected.abs().max().item(), rtol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FUSED_COMM))
+def test_default_fused_comm_variant(name, device):
+    """Two ranks' buffers in one process, the rows all-gathered (tests/test_fused_comm.py: shards, more ranks)."""
+    variant = FUSED_COMM[name]
+    dtype = variant.x.torch_dtype
+    if variant.ragged:
+        rd, gi, _ = ogsgen.routing(torch.randn(11, 4, device=device), 2)
+        x = torch.randn(11 if variant.gather else 22, 32, device=device).to(dtype)
+        args = (x, torch.randn(4, 32, 24, device=device).to(dtype), None, rd)
+        kwargs = dict(gather_indx=gi if variant.gather else None, gammas=rd.gate_scal if variant.gammas else None)
+    else:
+        args = (torch.randn(22, 32, device=device).to(dtype), torch.randn(32, 24, device=device).to(dtype),
+                torch.randn(24, device=device) if variant.bias else None)
+        kwargs = {}
+    expected = ogsgen.matmul_ogs_torch(*(a.float() if isinstance(a, torch.Tensor) and a.dtype == dtype else a
+                                         for a in args), **kwargs).to(dtype)
+    buffers = [torch.zeros(44, 24, device=device).to(dtype) for _ in range(2)]
+    handles = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.int64, device=device)
+    for rank in range(2):
+        ogsgen.matmul_ogs(*args, **kwargs, y=buffers[rank], fused_comm=ogsgen.FusedComm(handles, None, rank, 2))
+    for buffer in buffers:
+        for rank in range(2):
+            torch.testing.assert_close(buffer[rank::2].float(), expected.float(),
+                                       atol=3e-2 * expected.abs().max().item(), rtol=0)
 
 
 PERSISTENT = sorted(name for name, v in DEFAULT.items() if v.has_persistent_kernel)

@@ -14,7 +14,7 @@ from ..moe.gather import gather_rows_launch
 from ..numerics.scale_bounds import scales_at_most_2
 from ..spec import kernel_abi
 from ..spec.variant import KernelVariant
-from ..types import Epilogue, FusedActivation, InnerRoutingData, PrecisionConfig, RoutingData
+from ..types import Epilogue, FusedActivation, FusedComm, InnerRoutingData, PrecisionConfig, RoutingData
 from . import loader, memory, plans
 from .descriptors import ragged_rows_descriptor
 from .opt_flags import OptFlags, reduce_tile, row_tiles
@@ -40,6 +40,7 @@ class Call:
     epi: Epilogue
     pc: PrecisionConfig
     inner: InnerRoutingData | None = None  # ragged K: routing is then its base, with metadata
+    comm: FusedComm | None = None
 
 
 class MatmulInputs:

@@ -23,18 +23,19 @@ from . import launcher, loader, memory, plans, wgmma_hazards
 from .arguments import Call, MatmulInputs, ReduceInputs, cdiv, matmul_launch, reduce_launch
 from .inner import inner_matmul
 from .opt_flags import current_constraints, make_opt_flags
-from .validation import (check_argument_types, check_devices, check_distinct_elements, check_routing, check_scales,
-                         check_tensor, check_vector, named_tensors, operand_formats, persistent_blocker, reinterpret,
-                         reject_unsupported, tma_blocker)
+from .validation import (check_argument_types, check_devices, check_distinct_elements, check_fused_comm, check_routing,
+                         check_scales, check_tensor, check_vector, named_tensors, operand_formats, persistent_blocker,
+                         reinterpret, reject_unsupported, tma_blocker)
 
 _MAX_GRID_Y = 65535
 
 
 @lru_cache(maxsize=1024)
 def _variant(x_fmt, w_fmt, y_fmt, ragged, gather, scatter, bias, betas, gammas, y_acc_in, activation,
-             epilogue) -> KernelVariant:
+             epilogue, fused_comm=False) -> KernelVariant:
     return KernelVariant(x_fmt, w_fmt, y_fmt, ragged=ragged, gather=gather, scatter=scatter, bias=bias, betas=betas,
-                         gammas=gammas, y_acc_in=y_acc_in, activation=activation, epilogue=epilogue)
+                         gammas=gammas, y_acc_in=y_acc_in, activation=activation, epilogue=epilogue,
+                         fused_comm=fused_comm)
 
 
 def _launch_matmul(variant: KernelVariant, call: Call, flags, out: torch.Tensor, **operands):
@@ -230,7 +231,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                         fused_comm, act, epi, y_acc_in, inner_routing_data):
     """``matmul_ogs`` with every argument checked, for the first call of a signature."""
     check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi)
-    reject_unsupported(fused_comm, pc)
+    reject_unsupported(pc)
     if inner_routing_data is not None:
         return inner_matmul(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
                             epi, y_acc_in, inner_routing_data)
@@ -291,6 +292,9 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         raise SpecTypeError(f"out_alpha must be a Python float, got {type(out_alpha).__name__}")
     out_shape = (batch, out_rows, n_out) if batched else (out_rows, n_out)
     shapes = (out_shape,) if batched else (out_shape, (1, out_rows, n_out))  # a single matmul: 2-D or 3-D
+    if fused_comm is not None:  # y: this rank's buffer, its rows interleaved with the other reduce shards'
+        check_fused_comm(fused_comm, x, y, batched, scatter_indx, y_acc_in, out_rows)
+        shapes = ((out_rows * fused_comm.n_reduce_shards, n_out),)
     for name, buffer in (("y", y), ("y_acc_in", y_acc_in)):
         if buffer is None:
             continue
@@ -333,8 +337,10 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         plans.zero(pc.flex_ctx.out_data.actual_scale)  # atomics take the max of this call's tiles
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
-                       None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs)
-    call = Call(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc)
+                       None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs,
+                       fused_comm is not None)
+    call = Call(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc,
+                comm=fused_comm)
     if not x.is_cuda:  # Triton's interpreter: corrected, so that it computes what the GPU does
         interpreter.prepare((x_fmt.element, w_fmt.element, y_fmt.element))
     n_expts = routing_data.n_expts_tot if ragged else None
@@ -345,7 +351,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     topk = scatter_indx is not None and routing_data.n_expts_act > 1
     # K splits where its partials are summed before anything nonlinear: by a reduce of their own, or by a top-k
     # scatter's combine when no activation comes between the two sums
-    can_split = y_acc_in is None and (scatter_indx is None or (topk and act.specs.is_default))
+    can_split = y_acc_in is None and fused_comm is None and (scatter_indx is None or (topk and act.specs.is_default))
     flag_args = (x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt, can_split, n_sms,
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from ..errors import SpecError
 from ..types import Epilogue, FusedActivation, PrecisionConfig
@@ -106,3 +107,33 @@ def _inner_reference(x, w, gather_indx, inner, y_acc_in) -> torch.Tensor:
     if y_acc_in is not None:
         out += y_acc_in.float()
     return out
+
+
+def fused_comm_reference(outputs, rank: int, n_reduce_shards: int, scatter_shard_indx=None) -> torch.Tensor:
+    """Rank ``rank``'s buffer after every rank r wrote its local output ``outputs[r]`` (rows, N) through
+    ``FusedComm(reduce_rank=r % n_reduce_shards, n_reduce_shards, scatter_shard_indx[r])``: row m of rank r lands at
+    row ``m * n_reduce_shards + r % n_reduce_shards`` of every rank (``scatter_shard_indx`` None, an all-gather) or
+    of the ranks of shard ``scatter_shard_indx[r][m]``. Rows no rank writes are zero here."""
+    rows, n = outputs[0].shape
+    out = torch.zeros(rows * n_reduce_shards, n, dtype=outputs[0].dtype, device=outputs[0].device)
+    for source, y in enumerate(outputs):
+        interleaved = out[source % n_reduce_shards::n_reduce_shards]
+        if scatter_shard_indx is None:
+            interleaved.copy_(y)
+        else:
+            mine = scatter_shard_indx[source] == rank // n_reduce_shards
+            interleaved[mine] = y[mine]
+    return out
+
+
+def post_matmul_comm_torch(y: torch.Tensor, rank: int, n_reduce_shards: int, world_size: int,
+                           scatter_shard_indx: torch.Tensor | None = None) -> torch.Tensor:
+    """What ``FusedComm`` leaves in this rank's buffer, by torch.distributed: the local outputs (and shard indices)
+    all-gathered, then ``fused_comm_reference``. Call it on every rank of the default process group."""
+    outputs = [torch.empty_like(y) for _ in range(world_size)]
+    dist.all_gather(outputs, y.contiguous())
+    shards = None
+    if scatter_shard_indx is not None:
+        shards = [torch.empty_like(scatter_shard_indx) for _ in range(world_size)]
+        dist.all_gather(shards, scatter_shard_indx.contiguous())
+    return fused_comm_reference(outputs, rank, n_reduce_shards, shards)

@@ -13,8 +13,8 @@ from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import FLEX_BY_DTYPE, MX_FP8_BY_DTYPE, MXFP4, MXFP4_HOPPER, plain_format_of
 from ..spec.variant import KernelVariant
-from ..types import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OutFlexData, PrecisionConfig,
-                     RoutingData, ScatterIndx)
+from ..types import (Epilogue, FlexCtx, FusedActivation, FusedComm, GatherIndx, InFlexData, OutFlexData,
+                     PrecisionConfig, RoutingData, ScatterIndx)
 from .opt_flags import row_tiles
 
 
@@ -103,9 +103,52 @@ def check_distinct_elements(tensors: dict) -> None:
                                 f"overlap each other; pass a tensor with distinct elements ({name}.contiguous())")
 
 
-def reject_unsupported(fused_comm, pc: PrecisionConfig):
+def check_fused_comm(comm, x, y, batched: bool, scatter_indx, y_acc_in, out_rows: int) -> None:
+    """A FusedComm the kernels can write through: its ranks' addresses, shards and this rank's buffer ``y``."""
+    if not isinstance(comm, FusedComm):
+        raise SpecTypeError(f"fused_comm must be an ogsgen.FusedComm, got {type(comm).__name__}")
+    for name, used in (("batched x (3-D)", batched), ("scatter_indx", scatter_indx is not None),
+                       ("y_acc_in", y_acc_in is not None)):
+        if used:
+            raise UnsupportedError(f"fused_comm writes the output rows to the ranks' buffers, not with {name}; "
+                                   f"communicate the sorted rows (routing without a scatter) instead")
+    handles = comm.out_handles
+    check_tensor(handles, "fused_comm.out_handles", ndims=(1,), required=True)
+    if handles.dtype not in (torch.int64, torch.uint64):
+        raise SpecError(f"fused_comm.out_handles must hold int64 addresses of the ranks' buffers (e.g. "
+                        f"torch.tensor(symm_mem_handle.buffer_ptrs, dtype=torch.int64)), got {handles.dtype}")
+    world, shards = handles.numel(), comm.n_reduce_shards
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1 or world % shards:
+        raise SpecError(f"fused_comm.n_reduce_shards must be a positive int dividing the {world} ranks of "
+                        f"out_handles, got {shards!r}")
+    if not isinstance(comm.reduce_rank, int) or isinstance(comm.reduce_rank, bool) or \
+            not 0 <= comm.reduce_rank < shards:
+        raise SpecError(f"fused_comm.reduce_rank must be an int in [0, n_reduce_shards={shards}), got "
+                        f"{comm.reduce_rank!r}")
+    if comm.scatter_shard_indx is None:
+        if world != shards:
+            raise SpecError(f"fused_comm without scatter_shard_indx all-gathers the rows over n_reduce_shards ranks, "
+                            f"but out_handles has {world}: pass n_reduce_shards={world} or a scatter_shard_indx")
+    else:
+        check_vector(comm.scatter_shard_indx, "fused_comm.scatter_shard_indx", out_rows, torch.int32)
+    if y is None:
+        raise SpecError(f"fused_comm needs y, this rank's own buffer among out_handles, of shape (rows * "
+                        f"n_reduce_shards, N) = ({out_rows * shards}, N)")
+    check_devices(x, {"fused_comm.out_handles": handles, "y": y, **(
+        {"fused_comm.scatter_shard_indx": comm.scatter_shard_indx} if comm.scatter_shard_indx is not None else {})})
+    if x.device.type != "cuda":  # free on the host: the addresses and shards are there
+        if y.data_ptr() not in handles.tolist():
+            raise SpecError("y must be this rank's own buffer, one of fused_comm.out_handles (its address is not "
+                            "among them)")
+        if comm.scatter_shard_indx is not None and out_rows:
+            shard = comm.scatter_shard_indx
+            if int(shard.min()) < 0 or int(shard.max()) >= world // shards:
+                raise SpecError(f"fused_comm.scatter_shard_indx must name shards in [0, {world // shards}) "
+                                f"(ranks / n_reduce_shards)")
+
+
+def reject_unsupported(pc: PrecisionConfig):
     unsupported = {
-        "fused_comm": fused_comm is not None,
         "precision_config.flex_ctx.acc_data (a y_acc_in scale)": pc.flex_ctx.acc_data.scale is not None,
     }
     for name, used in unsupported.items():

@@ -17,8 +17,11 @@ The routing kernels (histogram, ragged metadata) are warmed for up to 1024 exper
 are warmed as training's backward calls them: block_k 32, unpadded operands, x the transposed token (or sorted)
 rows.
 
+Fused-communication variants are warmed as all-gathers over 1, 2, 4 and 8 ranks (the rank count is a constant of
+the kernel) and as rows sent to shards.
+
 Not covered, compiled on first use: N or K not a multiple of 16, ragged-K calls with padded operands or another
-block_k, operands with other strides (MX scales
+block_k, fused communication over other rank counts, operands with other strides (MX scales
 K-contiguous among them: Hopper gives them tiles of their own), enforce_bitwise_invariance, top-k other than 1, 2,
 4 and 8, and custom functions whose runtime arguments are not floats (such calls are reported as failed, the rest
 goes on). Triton's cache key of a kernel depends on which kernels sharing its helpers were compiled before it in
@@ -44,8 +47,8 @@ from ..numerics.scale_bounds import LARGEST_SMALL_CODE, bound_mx_scales
 from ..spec.catalog import default_catalog, load_catalog_file
 from ..spec.formats import MX_BLOCK
 from ..spec.variant import KernelVariant, canonical_name
-from ..types import (INNER_BLOCK_K, Epilogue, FlexCtx, FusedActivation, InFlexData, InnerRoutingData, OutFlexData,
-                     PrecisionConfig)
+from ..types import (INNER_BLOCK_K, Epilogue, FlexCtx, FusedActivation, FusedComm, InFlexData, InnerRoutingData,
+                     OutFlexData, PrecisionConfig)
 from .inner import inner_flags
 from .matmul import matmul_ogs
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
@@ -60,6 +63,7 @@ _KS = (128, 512, 2880, 8192)  # 2880 (gpt-oss): no multiple of 128, which hopper
 _EXPERTS = (8, 128)
 # Warm-up call sizes: multiples of 16; K_EVEN is a multiple of every block_k, K_TAIL of none above 16.
 _N, _K_EVEN, _K_TAIL, _TOKENS, _CALL_EXPERTS, _TOP_K = 256, 256, 272, 16, 8, 2
+_COMM_RANKS = (1, 2, 4, 8)  # fused_comm: the all-gathers warmed (n_reduce_shards is a constant of the kernel)
 _SCATTER_TOP_KS = (1, _TOP_K)  # scatters: the direct one, and the top-k reduce's matmul, under every flag set
 _REDUCE_TOP_KS = (4, 8)        # further top-k reduce binaries (the matmul is the same for every k > 1)
 
@@ -104,16 +108,35 @@ class WarmupCall:
         if v.y.scaling == "block_e8m0":
             fields["out_scale"] = torch.empty(out_rows, -(-n_out // MX_BLOCK), dtype=torch.uint8, device=device)
         lead = (_CALL_EXPERTS,) if v.ragged else ()
-        with opt_flags_constraints(**asdict(self.flags)):
-            matmul_ogs(x, w, torch.randn(*lead, n, device=device) if v.bias else None, rd,
-                       gather_indx=gi if v.gather else None, scatter_indx=si if v.scatter else None,
-                       precision_config=PrecisionConfig(out_dtype=v.y.torch_dtype, flex_ctx=flex, **fields),
-                       betas=torch.rand(rows, device=device) if v.betas else None,
-                       gammas=torch.rand(rows, device=device) if v.gammas else None,
-                       y_acc_in=torch.zeros(out_rows, n_out, device=device).to(v.y.torch_dtype) if v.y_acc_in else None,
-                       fused_activation=FusedActivation(v.activation, (1.0,) * len(v.activation.fn_arg_names))
-                       if v.activation else None,
-                       epilogue=Epilogue(v.epilogue, (1.0,) * len(v.epilogue.fn_arg_names)) if v.epilogue else None)
+        for comm, buffers in self._comms(v, out_rows, n_out, device):
+            with opt_flags_constraints(**asdict(self.flags)):
+                matmul_ogs(x, w, torch.randn(*lead, n, device=device) if v.bias else None, rd,
+                           gather_indx=gi if v.gather else None, scatter_indx=si if v.scatter else None,
+                           precision_config=PrecisionConfig(out_dtype=v.y.torch_dtype, flex_ctx=flex, **fields),
+                           betas=torch.rand(rows, device=device) if v.betas else None,
+                           gammas=torch.rand(rows, device=device) if v.gammas else None,
+                           y=buffers[0] if buffers else None, fused_comm=comm,
+                           y_acc_in=torch.zeros(out_rows, n_out, device=device).to(v.y.torch_dtype)
+                           if v.y_acc_in else None,
+                           fused_activation=FusedActivation(v.activation, (1.0,) * len(v.activation.fn_arg_names))
+                           if v.activation else None,
+                           epilogue=Epilogue(v.epilogue, (1.0,) * len(v.epilogue.fn_arg_names)) if v.epilogue else None)
+
+    def _comms(self, v, out_rows, n_out, device):
+        """(FusedComm, the ranks' buffers) of each call to make: (None, ()) for a variant without fused_comm; for
+        one with, each specialization a deployment compiles: every rank count of _COMM_RANKS as an all-gather (the
+        count is a constant of the kernel), and rows sent to shards."""
+        if not v.fused_comm:
+            return [(None, ())]
+        calls = []
+        for world, shards in [(ranks, False) for ranks in _COMM_RANKS] + [(2, True)]:
+            reduce_shards = 1 if shards else world
+            buffers = [torch.zeros(out_rows * reduce_shards, n_out, device=device).to(v.y.torch_dtype)
+                       for _ in range(world)]
+            handles = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.int64, device=device)
+            shard_of_rows = torch.zeros(out_rows, dtype=torch.int32, device=device) if shards else None
+            calls.append((FusedComm(handles, shard_of_rows, 0, reduce_shards), buffers))
+        return calls
 
 
     def _run_inner(self, device) -> None:

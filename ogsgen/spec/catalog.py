@@ -92,6 +92,11 @@ def default_catalog() -> Catalog:
         # Rows already sorted by expert (no gather/scatter).
         *variant_product(moe_formats, activations=(None, swiglu), ragged=(True,), bias=(False, True),
                          gammas=(False, True)),
+        # Fused communication of the output rows to other GPUs' buffers (FusedComm): dense rows (tensor parallelism)
+        # and expert-sorted rows, optionally gathered and weighted (expert parallelism's combine, each row sent to
+        # its token's rank).
+        *variant_product(moe_formats, bias=(False, True), fused_comm=(True,)),
+        *variant_product(moe_formats, ragged=(True,), gather=(False, True), gammas=(False, True), fused_comm=(True,)),
         # Ragged K, the expert weights' gradient in training (dW[e] = X[seg e]^T @ dY[seg e]): X sorted, or the first
         # MoE matmul's tokens read through its gather; fp32 gradients accumulated in place with y_acc_in.
         *variant_product([*moe_formats, (BF16, BF16, FP32), (FP16, FP16, FP32), (FP32, FP32, FP32)], inner=(True,),

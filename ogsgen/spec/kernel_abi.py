@@ -72,6 +72,7 @@ def _epilogue_values(a) -> tuple:
 # Conditions on the variant.
 def _ragged(v): return v.ragged
 def _inner(v): return v.inner
+def _fused_comm(v): return v.fused_comm
 def _not_inner(v): return not v.inner
 def _not_ragged(v): return not v.ragged
 def _split(v): return v.can_split_k
@@ -164,9 +165,10 @@ _K = Param("K", lambda a: a.call.k, _not_inner)
 
 
 def _y_pointer_params(split: bool) -> tuple[Param, ...]:
-    return (Param("Y", lambda a: a.out),
+    # (a fused-communication kernel stores through the ranks' addresses, with Y's row and column strides)
+    return (Param("Y", lambda a: a.out, lambda v: not v.fused_comm),
             *((Param("stride_y_s", lambda a: a.out.stride(0) if a.split_k > 1 else 0, _split),) if split else ()),
-            Param("stride_y_b", lambda a: _batch_stride(a.out), _not_ragged),
+            Param("stride_y_b", lambda a: _batch_stride(a.out), lambda v: not v.ragged and not v.fused_comm),
             Param("stride_y_m", lambda a: a.out.stride(-2)),
             Param("stride_y_n", lambda a: a.out.stride(-1)))
 
@@ -202,6 +204,11 @@ TILED = (
     (Param("GatherIndx", lambda a: a.call.gather_indx.src_indx, lambda v: v.gather),
      Param("n_expts_act", lambda a: a.call.routing.n_expts_act, lambda v: v.gather, per_call=True)),
     *_MATMUL_EPILOGUE,
+    # Fused communication: every rank's output buffer (int64 addresses), a row's shard (None: all-gather)
+    (Param("PeerPtrs", lambda a: a.call.comm.out_handles, _fused_comm),
+     Param("ScatterShardIndx", lambda a: a.call.comm.scatter_shard_indx, _fused_comm),
+     Param("reduce_rank", lambda a: a.call.comm.reduce_rank, _fused_comm),
+     Param("N_REDUCE_SHARDS", lambda a: a.call.comm.n_reduce_shards, _fused_comm, constexpr=True)),
     (_M, _N, _K, Param("split_k", lambda a: a.split_k, _split)),
     *_FUNCTIONS,
     (Param("DOT_PRECISION", lambda a: "tf32" if a.call.pc.allow_tf32 else "ieee", lambda v: v.x.element == "fp32",

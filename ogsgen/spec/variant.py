@@ -33,7 +33,7 @@ FAMILIES = {
 }
 
 # Structural features in the order they appear in canonical names.
-FEATURES = ("ragged", "inner", "gather", "scatter", "bias", "betas", "gammas", "y_acc_in")
+FEATURES = ("ragged", "inner", "gather", "scatter", "bias", "betas", "gammas", "y_acc_in", "fused_comm")
 _REDUCE_FEATURES = ("scatter", "gammas")
 
 
@@ -51,6 +51,7 @@ class KernelVariant:
     betas: bool = False
     gammas: bool = False
     y_acc_in: bool = False
+    fused_comm: bool = False
     activation: FnSpecs | None = None
     epilogue: FnSpecs | None = None
 
@@ -82,6 +83,9 @@ class KernelVariant:
         elif (self.gather or self.scatter) and not self.ragged and self.family == "matmul":
             raise SpecError("KernelVariant: gather and scatter index expert-sorted rows, so they need ragged=True "
                             "(or inner=True, where gather reads X's columns)")
+        if self.fused_comm and (self.inner or self.scatter or self.y_acc_in or self.y.scaling != "none"):
+            raise SpecError("KernelVariant: fused_comm writes a plain output's rows to the ranks' buffers; it takes "
+                            "neither inner, scatter, y_acc_in nor a scaled output")
         if self.y_acc_in and self.scatter:
             raise SpecError("KernelVariant: y_acc_in accumulates into unscattered rows; it cannot be combined "
                             "with scatter")
@@ -120,7 +124,8 @@ class KernelVariant:
     def can_split_k(self) -> bool:
         """Whether this matmul can write split-K partials: fp32 out and nothing nonlinear after the dot."""
         return (self.family == "matmul" and self.y == FP32 and not self.scatter and not self.y_acc_in
-                and not self.inner and not self.gammas and self.activation is None and self.epilogue is None)
+                and not self.inner and not self.fused_comm and not self.gammas and self.activation is None
+                and self.epilogue is None)
 
     @property
     def fp8_dot(self) -> bool:
@@ -132,8 +137,8 @@ class KernelVariant:
         """Whether the variant also has a persistent kernel fed by TMA (``<name>_persistent``, for Hopper and
         later): plain 16-bit x and w of one format, whose tiles go to the MMA as loaded. With a gather, that
         kernel reads x already gathered into the sorted rows' order (Hopper's TMA cannot gather rows)."""
-        return (self.family == "matmul" and not self.inner and self.x == self.w and self.x.bits == 16
-                and self.x.scaling == "none")
+        return (self.family == "matmul" and not self.inner and not self.fused_comm and self.x == self.w
+                and self.x.bits == 16 and self.x.scaling == "none")
 
     @cached_property
     def persistent_stores_y_by_tma(self) -> bool:
@@ -258,7 +263,7 @@ def topk_split_k_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVari
 
 def companions(variant: KernelVariant) -> list[KernelVariant]:
     """The other variants a call of ``variant`` may launch (split K, top-k combine)."""
-    if variant.family != "matmul" or variant.inner:
+    if variant.family != "matmul" or variant.inner or variant.fused_comm:
         return []
     if variant.scatter:
         return list(topk_plan(variant)) + (list(topk_split_k_plan(variant)) if variant.activation is None else [])

@@ -11,9 +11,10 @@ Mirrored: ``matmul_ogs`` (2-D x returns 2-D y, also when ``y`` is given 3-D with
 ``matmul_ogs_torch``, ``PrecisionConfig``, ``FlexCtx``, ``InFlexData``, ``OutFlexData``, ``FnSpecs`` (name, fn,
 fn_arg_names, fn_arg_do_not_specialize), ``FusedActivation`` (specs, fn_args, reduction_n), ``Epilogue``,
 ``RoutingData``, ``GatherIndx``, ``ScatterIndx``, ``InnerRoutingData`` (ragged K; masked, so padding is optional),
+``FusedComm`` and ``post_matmul_comm_torch`` (without a scatter: the sorted rows are sent),
 ``routing``, ``swiglu_fn`` and the process-wide
 ``update_opt_flags_constraints`` / ``reset_opt_flags_constraints``. Not mirrored: triton_kernels' tensor wrappers and
 layouts (``wrap_torch_tensor``, ``convert_layout``): pass torch tensors, or weights prepared by
-``ogsgen.prepare_expert_weights``; ``simulated_ep`` and ``n_rows`` of ``routing``, ``set_opt_flags`` and
-``FusedComm``, which raise ``UnsupportedError``.
+``ogsgen.prepare_expert_weights``; ``simulated_ep`` and ``n_rows`` of ``routing`` and ``set_opt_flags``, which
+raise ``UnsupportedError``.
 """

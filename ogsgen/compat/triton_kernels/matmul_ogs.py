@@ -2,17 +2,16 @@
 from dataclasses import replace
 from functools import lru_cache
 
-from ...errors import UnsupportedError
 from ...ops import matmul_ogs as _matmul_ogs
-from ...runtime import matmul_ogs_torch
+from ...runtime import matmul_ogs_torch, post_matmul_comm_torch
 from ...spec import FnSpecs as _FnSpecs
-from ...types import (Epilogue, FlexCtx, GatherIndx, InFlexData, InnerRoutingData, OutFlexData, PrecisionConfig,
-                      RoutingData, ScatterIndx)
+from ...types import (Epilogue, FlexCtx, FusedComm, GatherIndx, InFlexData, InnerRoutingData, OutFlexData,
+                      PrecisionConfig, RoutingData, ScatterIndx)
 from ...types import FusedActivation as _FusedActivation
 
-__all__ = ["Epilogue", "FlexCtx", "FnSpecs", "FusedActivation", "GatherIndx", "InFlexData", "InnerRoutingData",
-           "OutFlexData",
-           "PrecisionConfig", "RoutingData", "ScatterIndx", "matmul_ogs", "matmul_ogs_torch"]
+__all__ = ["Epilogue", "FlexCtx", "FnSpecs", "FusedActivation", "FusedComm", "GatherIndx", "InFlexData",
+           "InnerRoutingData", "OutFlexData", "PrecisionConfig", "RoutingData", "ScatterIndx", "matmul_ogs",
+           "matmul_ogs_torch", "post_matmul_comm_torch"]
 
 
 def FnSpecs(name, fn, fn_arg_names, fn_arg_do_not_specialize=()):  # noqa: N802 (a class in triton_kernels)
@@ -48,9 +47,7 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
                epilogue=None, y_acc_in=None, inner_routing_data=None):
     """triton_kernels' ``matmul_ogs``: ``ogsgen.matmul_ogs``, whose result for a 2-D x is 2-D as there (a 3-D ``y``
     of batch one is written and returned as its 2-D view)."""
-    if fused_comm is not None:
-        raise UnsupportedError("matmul_ogs: fused_comm is not supported by ogsgen yet")
     out = _matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, precision_config, betas, gammas,
-                      out_alpha, y, fused_activation=fused_activation, epilogue=epilogue, y_acc_in=y_acc_in,
-                      inner_routing_data=inner_routing_data)
+                      out_alpha, y, fused_comm=fused_comm, fused_activation=fused_activation, epilogue=epilogue,
+                      y_acc_in=y_acc_in, inner_routing_data=inner_routing_data)
     return out[0] if x.ndim == 2 and out.ndim == 3 and inner_routing_data is None else out

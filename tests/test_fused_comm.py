@@ -1,0 +1,144 @@
+"""Fused communication (FusedComm): each rank's matmul writes its output rows into every destination rank's buffer.
+
+One process plays every rank (the buffers are separate tensors, their addresses the out_handles), which runs the
+kernels' addressing on the CPU interpreter and on one GPU; the results equal ``fused_comm_reference`` of the ranks'
+local results. ``post_matmul_comm_torch`` (the reference through torch.distributed) is checked against it with gloo
+processes on the CPU. Two GPUs (symmetric memory across processes) are issue 32's remaining run.
+"""
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import ogsgen
+from ogsgen import FusedComm, fused_comm_reference, matmul_ogs, matmul_ogs_torch
+from ogsgen.errors import SpecError, SpecTypeError, UnsupportedError
+from ogsgen.moe import checks as routing_checks
+from ogsgen.testing import assert_close
+
+
+def _run_ranks(world, n_reduce_shards, local_call, rows, n, device, shards=None):
+    """Every rank's call (``local_call(rank, y=..., fused_comm=...)``) into its own buffer, the buffers' addresses
+    as out_handles; returns the buffers."""
+    buffers = [torch.zeros(rows * n_reduce_shards, n, device=device).bfloat16() for _ in range(world)]
+    handles = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.int64, device=device)
+    for rank in range(world):
+        comm = FusedComm(handles, None if shards is None else shards[rank], rank % n_reduce_shards, n_reduce_shards)
+        out = local_call(rank, y=buffers[rank], fused_comm=comm)
+        assert out.data_ptr() == buffers[rank].data_ptr()
+    return buffers
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_dense_all_gather(world, device):
+    m, k, n = 24, 32, 40
+    xs = [torch.randn(m, k, device=device).bfloat16() for _ in range(world)]
+    w, bias = torch.randn(k, n, device=device).bfloat16(), torch.randn(n, device=device)
+    buffers = _run_ranks(world, world, lambda r, **kw: matmul_ogs(xs[r], w, bias, **kw), m, n, device)
+    local = [matmul_ogs(x, w, bias) for x in xs]
+    for rank, buffer in enumerate(buffers):
+        torch.testing.assert_close(buffer, fused_comm_reference(local, rank, world), atol=0, rtol=0)
+    assert_close(torch.stack([matmul_ogs_torch(x.float(), w.float(), bias) for x in xs], 1).reshape(-1, n),
+                 buffers[0].float())
+
+
+@pytest.mark.parametrize("world,n_reduce_shards", [(2, 1), (4, 2), (4, 1)])
+@pytest.mark.parametrize("k_act", [1, 2, 8])
+def test_moe_rows_scattered_to_shards(world, n_reduce_shards, k_act, device):
+    """Expert parallelism's combine: each rank's expert-sorted rows (gathered tokens, weighted by their gates) go to
+    the rank group owning each row's token; shards of uneven size, dropped gates' rows written nowhere."""
+    tokens, n_expts, width, n = 19, 8, 32, 24
+    calls, local, shards = [], [], []
+    for rank in range(world):
+        ids = torch.randint(0, n_expts, (tokens, k_act), device=device)
+        ids[::4, -1] = -1
+        rd, gi, _ = ogsgen.routing_from_topk(ids, torch.rand(tokens, k_act, device=device), n_expts)
+        x = torch.randn(tokens, width, device=device).bfloat16()
+        w = torch.randn(n_expts, width, n, device=device).bfloat16()
+        args = (x, w, None, rd)
+        kwargs = dict(gather_indx=gi, gammas=rd.gate_scal)
+        calls.append((args, kwargs))
+        out = matmul_ogs_torch(x.float(), w.float(), None, rd, **kwargs).bfloat16()
+        routed = int(rd.expt_hist.sum())
+        out[routed:] = 0  # rows of dropped gates: left unwritten, locally and on the peers
+        local.append(out)
+        n_shards = world // n_reduce_shards
+        shard = torch.randint(0, n_shards, (tokens * k_act,), device=device, dtype=torch.int32)
+        shard[: tokens * k_act // 2] = 0  # shard 0 gets more rows than the others
+        shards.append(shard)
+    buffers = _run_ranks(world, n_reduce_shards, lambda r, **kw: matmul_ogs(*calls[r][0], **calls[r][1], **kw),
+                         tokens * k_act, n, device, shards)
+    for rank, buffer in enumerate(buffers):
+        assert_close(fused_comm_reference(local, rank, n_reduce_shards, shards).float(), buffer.float())
+        written = fused_comm_reference([torch.ones_like(y) for y in local], rank, n_reduce_shards, shards)
+        assert torch.equal(buffer != 0, (written != 0) & (buffer != 0)), "a row went where it should not"
+
+
+def _gloo_rank(rank, world, port, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(rank)
+        y = torch.randn(6, 4)
+        shard = torch.tensor([0, 1, 1, 0, 1, 0], dtype=torch.int32) if rank % 2 == 0 else \
+            torch.tensor([1, 0, 0, 1, 0, 1], dtype=torch.int32)
+        gathered = ogsgen.post_matmul_comm_torch(y, rank, world, world)
+        scattered = ogsgen.post_matmul_comm_torch(y, rank, 1, world, shard)
+        results[rank] = (gathered, scattered)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_post_matmul_comm_torch_with_gloo_processes():
+    """The torch.distributed reference on two CPU processes equals fused_comm_reference of both ranks' outputs."""
+    world, port = 2, 29500 + os.getpid() % 1000
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_gloo_rank, args=(world, port, results), nprocs=world, join=True)
+        results = dict(results)
+    ys, shards = [], []
+    for rank in range(world):
+        torch.manual_seed(rank)
+        ys.append(torch.randn(6, 4))
+        shards.append(torch.tensor([0, 1, 1, 0, 1, 0] if rank % 2 == 0 else [1, 0, 0, 1, 0, 1], dtype=torch.int32))
+    for rank in range(world):
+        gathered, scattered = results[rank]
+        torch.testing.assert_close(gathered, fused_comm_reference(ys, rank, world))
+        torch.testing.assert_close(scattered, fused_comm_reference(ys, rank, 1, shards))
+        assert gathered.shape == (12, 4)
+
+
+def test_fused_comm_bad_inputs(device):
+    x, w = torch.randn(8, 16, device=device).bfloat16(), torch.randn(16, 8, device=device).bfloat16()
+    y = torch.zeros(16, 8, device=device).bfloat16()
+    handles = torch.tensor([y.data_ptr(), y.data_ptr() + 256], dtype=torch.int64, device=device)
+
+    def call(comm, **kwargs):
+        return matmul_ogs(x, w, None, y=kwargs.pop("y", y), fused_comm=comm, **kwargs)
+    with pytest.raises(SpecTypeError, match="must be an ogsgen.FusedComm"):
+        call(object())
+    with pytest.raises(SpecError, match="int64 addresses"):
+        call(FusedComm(handles.int(), n_reduce_shards=2))
+    with pytest.raises(SpecError, match="n_reduce_shards must be a positive int dividing the 2 ranks"):
+        call(FusedComm(handles, n_reduce_shards=3))
+    with pytest.raises(SpecError, match=r"reduce_rank must be an int in \[0, n_reduce_shards=2\)"):
+        call(FusedComm(handles, reduce_rank=2, n_reduce_shards=2))
+    with pytest.raises(SpecError, match="all-gathers the rows over n_reduce_shards ranks, but out_handles has 2"):
+        call(FusedComm(handles, n_reduce_shards=1), y=torch.zeros(8, 8, device=device).bfloat16())
+    with pytest.raises(SpecError, match=r"y must have shape \(16, 8\)"):
+        call(FusedComm(handles, n_reduce_shards=2), y=y[:8])
+    with pytest.raises(SpecError, match="needs y, this rank's own buffer"):
+        matmul_ogs(x, w, None, fused_comm=FusedComm(handles, n_reduce_shards=2))
+    with pytest.raises(SpecError, match="scatter_shard_indx must be a contiguous torch.int32 vector of length 8"):
+        call(FusedComm(handles, torch.zeros(7, dtype=torch.int32, device=device)), y=y[:8])
+    with pytest.raises(UnsupportedError, match="not with batched x"):
+        matmul_ogs(x[None], w[None], None, y=y[None], fused_comm=FusedComm(handles, n_reduce_shards=2))
+    if routing_checks.host_checks_apply(x):  # they read the addresses and shards: free on the host only
+        with pytest.raises(SpecError, match="y must be this rank's own buffer"):
+            call(FusedComm(handles + 64, n_reduce_shards=2))
+        with pytest.raises(SpecError, match=r"scatter_shard_indx must name shards in \[0, 2\)"):
+            call(FusedComm(handles, torch.full((8,), 2, dtype=torch.int32, device=device)), y=y[:8])
+    with pytest.raises(UnsupportedError, match="fused_comm"):
+        matmul_ogs(x.float().requires_grad_(), w.float(), None, y=y.float(), fused_comm=FusedComm(handles))
