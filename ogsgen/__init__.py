@@ -12,7 +12,7 @@ from .errors import (BuildFolderError, CatalogError, InapplicableConstraint, Ina
 _LAZY = {
     ".spec": ("FnSpecs", "KernelVariant", "canonical_name", "register_activation", "register_epilogue", "unregister"),
     ".spec.builtins": ("swiglu", "swiglu_torch"),
-    ".moe": ("prepare_expert_weights", "routing", "routing_from_topk"),
+    ".moe": ("expert_parallel_routing", "prepare_expert_weights", "routing", "routing_from_topk"),
     ".numerics": ("SwizzledMxValues", "bound_mx_scales", "swizzle_mx_values", "unswizzle_mx_values"),
     ".ops": ("matmul_ogs",),
     ".runtime": ("Epilogue", "FlexCtx", "FusedActivation", "FusedComm", "GatherIndx", "InFlexData",

@@ -142,3 +142,28 @@ def test_fused_comm_bad_inputs(device):
             call(FusedComm(handles, torch.full((8,), 2, dtype=torch.int32, device=device)), y=y[:8])
     with pytest.raises(UnsupportedError, match="fused_comm"):
         matmul_ogs(x.float().requires_grad_(), w.float(), None, y=y.float(), fused_comm=FusedComm(handles))
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_expert_parallel_layer_sums_to_the_whole(world, device):
+    """Each rank runs the MoE layer over its share of the experts (expert_parallel_routing: other experts' gates
+    -1); the ranks' outputs sum to the layer over all experts."""
+    tokens, n_expts, k_act, width, hidden = 13, 8, 2, 32, 16
+    ids = torch.topk(torch.randn(tokens, n_expts, device=device), k_act).indices
+    weights = torch.rand(tokens, k_act, device=device)
+    x = torch.randn(tokens, width, device=device).bfloat16()
+    w1 = (torch.randn(n_expts, width, 2 * hidden, device=device) / 4).bfloat16()
+    w2 = (torch.randn(n_expts, hidden, width, device=device) / 4).bfloat16()
+    swiglu = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+
+    def layer(rd, gi, si, w1, w2):
+        h = matmul_ogs(x, w1, None, rd, gather_indx=gi, fused_activation=swiglu)
+        return matmul_ogs(h, w2, None, rd, scatter_indx=si, gammas=rd.gate_scal)
+    whole = layer(*ogsgen.routing_from_topk(ids, weights, n_expts), w1, w2).float()
+    local = n_expts // world
+    parts = [layer(*ogsgen.expert_parallel_routing(ids, weights, n_expts, rank, world),
+                   w1[rank * local:(rank + 1) * local], w2[rank * local:(rank + 1) * local]).float()
+             for rank in range(world)]
+    assert_close(whole, sum(parts))
+    with pytest.raises(SpecError, match="world_size must divide it"):
+        ogsgen.expert_parallel_routing(ids, weights, n_expts, 0, 3)

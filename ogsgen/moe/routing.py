@@ -86,6 +86,27 @@ def routing_from_topk(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expt
             ScatterIndx(src_indx=gate_to_sorted, dst_indx=sorted_to_gate))
 
 
+def expert_parallel_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expts_tot: int, rank: int,
+                            world_size: int, expected_tokens_per_expt: int | None = None):
+    """Routing of one rank's share of the experts under expert parallelism: experts ``[rank * E / world_size,
+    (rank + 1) * E / world_size)`` (an even split of ``n_expts_tot``) get their local ids, every other gate -1 (not
+    computed here; its row is another rank's). Returns ``routing_from_topk`` of the local ids over the local
+    experts; the local expert e holds global expert ``rank * E / world_size + e``."""
+    for name, value in (("rank", rank), ("world_size", world_size)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SpecTypeError(f"{name} must be an int, got {value!r}")
+    if world_size < 1 or not 0 <= rank < world_size or n_expts_tot % world_size:
+        raise SpecError(f"expert parallelism splits n_expts_tot={n_expts_tot} experts evenly over world_size="
+                        f"{world_size} ranks: world_size must divide it and rank be in [0, world_size), got rank "
+                        f"{rank}")
+    local = n_expts_tot // world_size
+    first = rank * local
+    if not isinstance(topk_ids, torch.Tensor):
+        raise SpecError(f"topk_ids must be a (n_tokens, k) tensor, got {type(topk_ids).__name__}")
+    mine = (topk_ids >= first) & (topk_ids < first + local)
+    return routing_from_topk(torch.where(mine, topk_ids - first, -1), topk_weights, local, expected_tokens_per_expt)
+
+
 def routing(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False, expt_indx: torch.Tensor | None = None):
     """Top-``n_expts_act`` routing of router ``logits`` (n_tokens, E).
 
