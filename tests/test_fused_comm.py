@@ -167,3 +167,51 @@ def test_expert_parallel_layer_sums_to_the_whole(world, device):
     assert_close(whole, sum(parts))
     with pytest.raises(SpecError, match="world_size must divide it"):
         ogsgen.expert_parallel_routing(ids, weights, n_expts, 0, 3)
+
+
+def _symmetric_memory_rank(rank, world, port, n_reduce_shards, results):
+    """One GPU rank: its rows written through symmetric memory, against post_matmul_comm_torch over NCCL."""
+    import torch.distributed._symmetric_memory as symm_mem
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(rank)
+        tokens, n_expts, k_act, width, n = 64, 8, 4, 256, 128
+        ids = torch.topk(torch.randn(tokens, n_expts, device="cuda"), k_act).indices
+        ids[::7, -1] = -1
+        rd, gi, _ = ogsgen.routing_from_topk(ids, torch.rand(tokens, k_act, device="cuda"), n_expts)
+        x = torch.randn(tokens, width, device="cuda").bfloat16()
+        w = torch.randn(n_expts, width, n, device="cuda").bfloat16()
+        rows = tokens * k_act
+        shards = None if n_reduce_shards == world else torch.randint(
+            0, world // n_reduce_shards, (rows,), dtype=torch.int32, device="cuda")
+        buffer = symm_mem.empty(rows * n_reduce_shards, n, dtype=torch.bfloat16, device="cuda")
+        buffer.zero_()
+        handle = symm_mem.rendezvous(buffer, dist.group.WORLD)
+        handles = torch.tensor(handle.buffer_ptrs, dtype=torch.int64, device="cuda")
+        handle.barrier()
+        matmul_ogs(x, w, None, rd, gather_indx=gi, gammas=rd.gate_scal, y=buffer,
+                   fused_comm=FusedComm(handles, shards, rank % n_reduce_shards, n_reduce_shards))
+        handle.barrier()
+        local = matmul_ogs_torch(x.float(), w.float(), None, rd, gather_indx=gi, gammas=rd.gate_scal).bfloat16()
+        local[int(rd.expt_hist.sum()):] = 0  # dropped gates' rows: written nowhere
+        expected = ogsgen.post_matmul_comm_torch(local, rank, n_reduce_shards, world, shards)
+        results[rank] = ((buffer.float() - expected.float()).abs().max() / expected.float().abs().max()).item()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("world,n_reduce_shards", [(1, 1), (2, 2), (2, 1)])
+def test_symmetric_memory_ranks_against_nccl(world, n_reduce_shards):
+    """Issue 32's run: real ranks, one per GPU, their buffers in torch's symmetric memory (P2P stores), against
+    post_matmul_comm_torch's NCCL all-gather. World size 1 runs on one GPU; 2 needs two."""
+    if torch.cuda.device_count() < world:
+        pytest.skip(f"needs {world} GPUs")
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_symmetric_memory_rank, args=(world, 29600 + os.getpid() % 1000, n_reduce_shards, results),
+                 nprocs=world, join=True)
+        results = dict(results)
+    assert len(results) == world and max(results.values()) < 1e-2, results  # bf16 roundings of one result
