@@ -171,3 +171,12 @@ def test_model_sized_expert_layer_gradients(shape):
         h = mm(x, w1, b1, rd, gather_indx=gi, fused_activation=SWIGLU)
         return mm(h.to(torch.bfloat16), w2, None, rd, scatter_indx=si, gammas=gammas)
     _check_gradients(layer, (x, w1, b1, w2, rd.gate_scal.detach().clone()), atol=3e-2)
+
+
+def test_gradient_of_a_sum_arrives_expanded(device):
+    """y.sum().backward() hands the backward a stride-0 gradient."""
+    x, w, bias = (torch.randn(8, 16, device=device, requires_grad=True),
+                  torch.randn(16, 4, device=device, requires_grad=True), torch.randn(4, device=device, requires_grad=True))
+    matmul_ogs(x, w, bias, precision_config=FP32).sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones(8, 4, device=device) @ w.detach().T, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(bias.grad, torch.full((4,), 8.0, device=device))

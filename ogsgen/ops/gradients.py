@@ -40,6 +40,7 @@ def matmul_ogs_backward(ctx, dy):
      gammas) = ctx.saved_tensors
     n_expts_tot, k, alpha, activation, activation_args, allow_tf32 = ctx.scalars
     need = ctx.needs_input_grad
+    dy = dy.contiguous()  # (a sum's gradient arrives expanded, with stride 0; the kernels' TMA wants real strides)
 
     def matmul(*args):  # the forward's precision (tf32 dots for fp32 operands, or not)
         return torch.ops.ogsgen.matmul_ogs(*args, allow_tf32)
