@@ -215,3 +215,30 @@ def test_symmetric_memory_ranks_against_nccl(world, n_reduce_shards):
                  nprocs=world, join=True)
         results = dict(results)
     assert len(results) == world and max(results.values()) < 1e-2, results  # bf16 roundings of one result
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("k_act", [1, 2, 4])
+def test_expert_parallel_combine_through_the_topk_reduce(world, k_act, device):
+    """Expert parallelism's second matmul: each rank sums its own experts' rows of each token (the top-k reduce,
+    gates -1 for other ranks' experts) and sends that partial to every rank, in its own slot; the slots of a token
+    sum to the whole layer's row."""
+    tokens, n_expts, width, n = 17, 8, 32, 24
+    ids = torch.topk(torch.randn(tokens, n_expts, device=device), k_act).indices
+    gates = torch.rand(tokens, k_act, device=device)
+    w = (torch.randn(n_expts, width, n, device=device) / 4).bfloat16()
+    h = torch.randn(tokens * k_act, width, device=device).bfloat16()  # the rows of each gate (t * k + slot)
+    rd, _, si = ogsgen.routing_from_topk(ids, gates, n_expts)
+    whole = matmul_ogs_torch(h[si.dst_indx.long().clamp_min(0)].float(), w.float(), None, rd, scatter_indx=si,
+                             gammas=rd.gate_scal)
+    local = n_expts // world
+    calls = []
+    for rank in range(world):
+        rd_r, _, si_r = ogsgen.expert_parallel_routing(ids, gates, n_expts, rank, world)
+        rows = h[si_r.dst_indx.long().clamp_min(0)]  # this rank's gates in its expert-sorted order
+        calls.append((rows, w[rank * local:(rank + 1) * local], rd_r, si_r))
+    buffers = _run_ranks(world, world, lambda r, **kw: matmul_ogs(
+        calls[r][0], calls[r][1], None, calls[r][2], scatter_indx=calls[r][3], gammas=calls[r][2].gate_scal, **kw),
+        tokens, n, device)
+    for buffer in buffers:
+        assert_close(whole, buffer.float().view(tokens, world, n).sum(1))

@@ -103,18 +103,26 @@ def test_default_fused_comm_variant(name, device):
     """Two ranks' buffers in one process, the rows all-gathered (tests/test_fused_comm.py: shards, more ranks)."""
     variant = FUSED_COMM[name]
     dtype = variant.x.torch_dtype
-    if variant.ragged:
+    if variant.family == "reduce":  # the top-k reduce of a scatter: token rows, each rank's partial in its slot
+        rd, _, si = ogsgen.routing(torch.randn(11, 4, device=device), 2)
+        args = (torch.randn(22, 32, device=device).to(dtype), torch.randn(4, 32, 24, device=device).to(dtype), None,
+                rd)
+        kwargs = dict(scatter_indx=si, gammas=rd.gate_scal if variant.gammas else None)
+        rows = 11
+    elif variant.ragged:
         rd, gi, _ = ogsgen.routing(torch.randn(11, 4, device=device), 2)
         x = torch.randn(11 if variant.gather else 22, 32, device=device).to(dtype)
         args = (x, torch.randn(4, 32, 24, device=device).to(dtype), None, rd)
         kwargs = dict(gather_indx=gi if variant.gather else None, gammas=rd.gate_scal if variant.gammas else None)
+        rows = 22
     else:
         args = (torch.randn(22, 32, device=device).to(dtype), torch.randn(32, 24, device=device).to(dtype),
                 torch.randn(24, device=device) if variant.bias else None)
         kwargs = {}
+        rows = 22
     expected = ogsgen.matmul_ogs_torch(*(a.float() if isinstance(a, torch.Tensor) and a.dtype == dtype else a
                                          for a in args), **kwargs).to(dtype)
-    buffers = [torch.zeros(44, 24, device=device).to(dtype) for _ in range(2)]
+    buffers = [torch.zeros(2 * rows, 24, device=device).to(dtype) for _ in range(2)]
     handles = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.int64, device=device)
     for rank in range(2):
         ogsgen.matmul_ogs(*args, **kwargs, y=buffers[rank], fused_comm=ogsgen.FusedComm(handles, None, rank, 2))

@@ -138,7 +138,9 @@ class ReduceInputs:
                  epilogue_values: tuple, scatter_src=None):
         self.variant, self.call, self.parts, self.out = variant, call, parts, out
         self.gammas, self.epilogue_values, self.scatter_src = gammas, epilogue_values, scatter_src
-        self.m, self.n = out.shape[1], parts.shape[-1]
+        # (with fused communication, out is this rank's buffer: its rows interleave the reduce shards')
+        self.m = out.shape[1] // (call.comm.n_reduce_shards if call.comm is not None else 1)
+        self.n = parts.shape[-1]
         self.block_m, self.block_n, self.num_warps = reduce_tile(self.n, variant.reduction_n)
         self.offsets_64 = memory.needs_64bit_offsets((parts, (-1,)), (out, (-1,)), (call.pc.out_scale, (-1,)))
 

@@ -293,7 +293,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     out_shape = (batch, out_rows, n_out) if batched else (out_rows, n_out)
     shapes = (out_shape,) if batched else (out_shape, (1, out_rows, n_out))  # a single matmul: 2-D or 3-D
     if fused_comm is not None:  # y: this rank's buffer, its rows interleaved with the other reduce shards'
-        check_fused_comm(fused_comm, x, y, batched, scatter_indx, y_acc_in, out_rows)
+        check_fused_comm(fused_comm, x, y, batched, y_acc_in, out_rows)
         shapes = ((out_rows * fused_comm.n_reduce_shards, n_out),)
     for name, buffer in (("y", y), ("y_acc_in", y_acc_in)):
         if buffer is None:
@@ -348,7 +348,8 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     if ragged:
         tokens_per_expt = routing_data.expected_tokens_per_expt or max(1, m // n_expts)
     n_sms = target(x.device).sm_count if x.is_cuda else None
-    topk = scatter_indx is not None and routing_data.n_expts_act > 1
+    # (a fused-communication scatter takes the top-k reduce for any k: it writes every token's row to the ranks)
+    topk = scatter_indx is not None and (routing_data.n_expts_act > 1 or fused_comm is not None)
     # K splits where its partials are summed before anything nonlinear: by a reduce of their own, or by a top-k
     # scatter's combine when no activation comes between the two sums
     can_split = y_acc_in is None and fused_comm is None and (scatter_indx is None or (topk and act.specs.is_default))

@@ -21,7 +21,7 @@ Fused-communication variants are warmed as all-gathers over 1, 2, 4 and 8 ranks 
 the kernel) and as rows sent to shards.
 
 Not covered, compiled on first use: N or K not a multiple of 16, ragged-K calls with padded operands or another
-block_k, fused communication over other rank counts, operands with other strides (MX scales
+block_k, fused communication over other rank counts and its top-k reduce (a scatter's rows sent), operands with other strides (MX scales
 K-contiguous among them: Hopper gives them tiles of their own), enforce_bitwise_invariance, top-k other than 1, 2,
 4 and 8, and custom functions whose runtime arguments are not floats (such calls are reported as failed, the rest
 goes on). Triton's cache key of a kernel depends on which kernels sharing its helpers were compiled before it in

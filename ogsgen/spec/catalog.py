@@ -97,6 +97,10 @@ def default_catalog() -> Catalog:
         # its token's rank).
         *variant_product(moe_formats, bias=(False, True), fused_comm=(True,)),
         *variant_product(moe_formats, ragged=(True,), gather=(False, True), gammas=(False, True), fused_comm=(True,)),
+        # ... and the second MoE matmul's token rows, summed over the top-k, each rank's partial in its slot: such a
+        # call is the plain ragged matmul and a top-k reduce that sends (the only kernel of its own)
+        *[KernelVariant(fmt, fmt, fmt, family="reduce", scatter=True, gammas=gammas, fused_comm=True)
+          for (fmt, _, _), gammas in itertools.product(moe_formats, (False, True))],
         # Ragged K, the expert weights' gradient in training (dW[e] = X[seg e]^T @ dY[seg e]): X sorted, or the first
         # MoE matmul's tokens read through its gather; fp32 gradients accumulated in place with y_acc_in.
         *variant_product([*moe_formats, (BF16, BF16, FP32), (FP16, FP16, FP32), (FP32, FP32, FP32)], inner=(True,),

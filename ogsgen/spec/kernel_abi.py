@@ -141,6 +141,11 @@ _FUNCTIONS = ((Param("ACTIVATION_FN", lambda a: a.call.act.specs.fn, lambda v: v
                      constexpr=True),))
 _SATURATE = (Param("SATURATE_INF", lambda a: a.call.pc.flexpoint_saturate_inf, _y_flex, constexpr=True),)
 _GAMMAS = (Param("Gammas", lambda a: a.gammas, lambda v: v.gammas),)
+# Fused communication: every rank's output buffer (int64 addresses), each row's shard (None: all-gather)
+_FUSED_COMM = (Param("PeerPtrs", lambda a: a.call.comm.out_handles, _fused_comm),
+               Param("ScatterShardIndx", lambda a: a.call.comm.scatter_shard_indx, _fused_comm),
+               Param("reduce_rank", lambda a: a.call.comm.reduce_rank, _fused_comm),
+               Param("N_REDUCE_SHARDS", lambda a: a.call.comm.n_reduce_shards, _fused_comm, constexpr=True))
 _MATMUL_EPILOGUE = (
     (Param("WriteBackIndx", lambda a: a.call.scatter_indx.dst_indx, _scatter),),
     (Param("YAccIn", lambda a: a.y_acc_in, lambda v: v.y_acc_in),
@@ -204,11 +209,7 @@ TILED = (
     (Param("GatherIndx", lambda a: a.call.gather_indx.src_indx, lambda v: v.gather),
      Param("n_expts_act", lambda a: a.call.routing.n_expts_act, lambda v: v.gather, per_call=True)),
     *_MATMUL_EPILOGUE,
-    # Fused communication: every rank's output buffer (int64 addresses), a row's shard (None: all-gather)
-    (Param("PeerPtrs", lambda a: a.call.comm.out_handles, _fused_comm),
-     Param("ScatterShardIndx", lambda a: a.call.comm.scatter_shard_indx, _fused_comm),
-     Param("reduce_rank", lambda a: a.call.comm.reduce_rank, _fused_comm),
-     Param("N_REDUCE_SHARDS", lambda a: a.call.comm.n_reduce_shards, _fused_comm, constexpr=True)),
+    _FUSED_COMM,
     (_M, _N, _K, Param("split_k", lambda a: a.split_k, _split)),
     *_FUNCTIONS,
     (Param("DOT_PRECISION", lambda a: "tf32" if a.call.pc.allow_tf32 else "ieee", lambda v: v.x.element == "fp32",
@@ -249,8 +250,8 @@ PERSISTENT = (
 )
 
 REDUCE = (
-    (Param("Y", lambda a: a.out),
-     Param("stride_y_b", lambda a: a.out.stride(0)),
+    (Param("Y", lambda a: a.out, lambda v: not v.fused_comm),
+     Param("stride_y_b", lambda a: a.out.stride(0), lambda v: not v.fused_comm),
      Param("stride_y_m", lambda a: a.out.stride(1)),
      Param("stride_y_n", lambda a: a.out.stride(2))),
     # A scatter's partials: (rows, N), or split-K partials (split, rows, N) of the sorted rows.
@@ -271,6 +272,7 @@ REDUCE = (
     _GAMMAS,
     _FLEX_OUTPUT,
     _MX_OUTPUT,
+    _FUSED_COMM,
     *_FUNCTION_ARGS,
     (Param("M", lambda a: a.m, per_call=True), Param("N", lambda a: a.n),
      Param("split_k", lambda a: a.parts.shape[0] if a.parts.ndim == 3 else 1, _scatter),

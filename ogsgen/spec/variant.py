@@ -34,7 +34,7 @@ FAMILIES = {
 
 # Structural features in the order they appear in canonical names.
 FEATURES = ("ragged", "inner", "gather", "scatter", "bias", "betas", "gammas", "y_acc_in", "fused_comm")
-_REDUCE_FEATURES = ("scatter", "gammas")
+_REDUCE_FEATURES = ("scatter", "gammas", "fused_comm")
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,11 @@ class KernelVariant:
         elif (self.gather or self.scatter) and not self.ragged and self.family == "matmul":
             raise SpecError("KernelVariant: gather and scatter index expert-sorted rows, so they need ragged=True "
                             "(or inner=True, where gather reads X's columns)")
-        if self.fused_comm and (self.inner or self.scatter or self.y_acc_in or self.y.scaling != "none"):
+        if self.fused_comm and (self.inner or self.y_acc_in or self.y.scaling != "none" or self.epilogue
+                                or (self.family == "reduce" and not self.scatter)):
             raise SpecError("KernelVariant: fused_comm writes a plain output's rows to the ranks' buffers; it takes "
-                            "neither inner, scatter, y_acc_in nor a scaled output")
+                            "neither inner, y_acc_in, an epilogue nor a scaled output (and a reduce kernel's only "
+                            "after a scatter)")
         if self.y_acc_in and self.scatter:
             raise SpecError("KernelVariant: y_acc_in accumulates into unscattered rows; it cannot be combined "
                             "with scatter")
@@ -235,15 +237,16 @@ def split_k_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
 
 @lru_cache(maxsize=None)
 def topk_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVariant]:
-    """(matmul, reduce) computing a scatter with k > 1 experts per token: the matmul writes its rows in their
+    """(matmul, reduce) computing a scatter with k > 1 experts per token (or any k with fused communication, which
+    the reduce does, so that every token's row reaches the ranks): the matmul writes its rows in their
     expert-sorted order to a scratch buffer in the output dtype (bf16 for an fp8 output); the reduce gathers
     each token's k rows from it, weights each by its gamma, sums them and applies the epilogue and the output's
     scaling once. (Row indices and gammas in the matmul's epilogue cost about a tenth of its time at large
     batches, measured on the H200: per-row loads in the transposed MMA layout. The reduce reads them per row.)"""
     scratch = variant.y if variant.y.scaling == "none" else BF16
-    matmul = replace(variant, y=scratch, scatter=False, gammas=False, epilogue=None)
+    matmul = replace(variant, y=scratch, scatter=False, gammas=False, epilogue=None, fused_comm=False)
     reduce = KernelVariant(scratch, scratch, variant.y, family="reduce", scatter=True, gammas=variant.gammas,
-                           epilogue=variant.epilogue)
+                           epilogue=variant.epilogue, fused_comm=variant.fused_comm)
     return matmul, reduce
 
 
@@ -263,8 +266,10 @@ def topk_split_k_plan(variant: KernelVariant) -> tuple[KernelVariant, KernelVari
 
 def companions(variant: KernelVariant) -> list[KernelVariant]:
     """The other variants a call of ``variant`` may launch (split K, top-k combine)."""
-    if variant.family != "matmul" or variant.inner or variant.fused_comm:
+    if variant.family != "matmul" or variant.inner or (variant.fused_comm and not variant.scatter):
         return []
+    if variant.scatter and variant.fused_comm:  # its rows reach the ranks through the top-k reduce, unsplit
+        return list(topk_plan(variant))
     if variant.scatter:
         return list(topk_plan(variant)) + (list(topk_split_k_plan(variant)) if variant.activation is None else [])
     if variant.y_acc_in:
