@@ -39,8 +39,8 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
         return _through_custom_op(x, w, bias, routing_data, gather_indx, scatter_indx, precision_config, betas,
                                   gammas, out_alpha, y, fused_comm, fused_activation, epilogue, y_acc_in,
                                   inner_routing_data)
-    return runtime.matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, precision_config, betas, gammas,
-                              out_alpha, y, fused_comm, fused_activation, epilogue, y_acc_in, inner_routing_data)
+    return runtime.launch(x, w, bias, routing_data, gather_indx, scatter_indx, precision_config, betas, gammas,
+                          out_alpha, y, fused_comm, fused_activation, epilogue, y_acc_in, inner_routing_data)
 
 
 def _through_custom_op(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y,

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from ..moe.metadata import RaggedTensorMetadata
-from ..runtime.matmul import matmul_ogs as matmul_ogs_impl
+from ..runtime.matmul import launch
 from ..spec.functions import registered
 from ..types import FusedActivation, GatherIndx, InnerRoutingData, PrecisionConfig, RoutingData, ScatterIndx
 from . import gradients
@@ -43,12 +43,11 @@ def matmul_ogs_op(x: Tensor, w: Tensor, bias: Optional[Tensor], expt_hist: Optio
                   activation: Optional[str], activation_args: list[float], out_dtype: Optional[torch.dtype],
                   allow_tf32: bool) -> Tensor:
     routing_data = routing_args(expt_hist, slice_offs, block_offs, block_schedule, n_expts_tot, n_expts_act)
-    with torch.no_grad():  # the launch path refuses inputs that require grad; this op's autograd is registered
-        return matmul_ogs_impl(
-            x, w, bias, routing_data, None if gather_src is None else GatherIndx(gather_src, gather_dst),
-            None if scatter_src is None else ScatterIndx(scatter_src, scatter_dst),
-            PrecisionConfig(out_dtype=out_dtype, allow_tf32=allow_tf32), betas=betas, gammas=gammas,
-            out_alpha=out_alpha, fused_activation=activation_of(activation, activation_args), y_acc_in=y_acc_in)
+    # (the inputs may require grad: this op's autograd is registered, so the launch path that skips that check)
+    return launch(x, w, bias, routing_data, None if gather_src is None else GatherIndx(gather_src, gather_dst),
+                  None if scatter_src is None else ScatterIndx(scatter_src, scatter_dst),
+                  PrecisionConfig(out_dtype=out_dtype, allow_tf32=allow_tf32), betas=betas, gammas=gammas,
+                  out_alpha=out_alpha, fused_activation=activation_of(activation, activation_args), y_acc_in=y_acc_in)
 
 
 @matmul_ogs_op.register_fake
@@ -72,10 +71,9 @@ def matmul_ogs_inner_op(x: Tensor, w: Tensor, expt_hist: Tensor, slice_offs: Opt
                         n_expts_act: int, block_k: int, out_dtype: Optional[torch.dtype], allow_tf32: bool) -> Tensor:
     base = routing_args(expt_hist, slice_offs, block_offs, block_schedule, expt_hist.shape[0], n_expts_act)
     gather = None if gather_src is None else GatherIndx(gather_src, gather_src)  # the kernel reads src_indx only
-    with torch.no_grad():
-        return matmul_ogs_impl(x, w, None, gather_indx=gather,
-                               precision_config=PrecisionConfig(out_dtype=out_dtype, allow_tf32=allow_tf32),
-                               inner_routing_data=InnerRoutingData(base, block_k))
+    return launch(x, w, None, gather_indx=gather, precision_config=PrecisionConfig(out_dtype=out_dtype,
+                                                                                  allow_tf32=allow_tf32),
+                  inner_routing_data=InnerRoutingData(base, block_k))
 
 
 @matmul_ogs_inner_op.register_fake

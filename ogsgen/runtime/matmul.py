@@ -130,7 +130,19 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
                betas=None, gammas=None, out_alpha=None, y=None, fused_comm=None, fused_activation=None,
                epilogue=None, y_acc_in=None, inner_routing_data=None):
     """The launch path of ``ogsgen.matmul_ogs`` (ogsgen.ops.api, which documents the arguments): checks a call,
-    picks its kernel variants and launch parameters and launches them, without autograd.
+    picks its kernel variants and launch parameters and launches them, without autograd (inputs that require
+    grad are refused here; the public matmul_ogs, which checks that itself, calls ``launch`` directly).
+    """
+    if torch.is_grad_enabled() and _requires_grad(x, w, bias, betas, gammas, y_acc_in):
+        _refuse_gradients(x=x, w=w, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in)
+    return launch(x, w, bias, routing_data, gather_indx, scatter_indx, precision_config, betas, gammas, out_alpha, y,
+                  fused_comm, fused_activation, epilogue, y_acc_in, inner_routing_data)
+
+
+def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, precision_config=None, betas=None,
+           gammas=None, out_alpha=None, y=None, fused_comm=None, fused_activation=None, epilogue=None, y_acc_in=None,
+           inner_routing_data=None):
+    """``matmul_ogs`` for a caller that has made sure no input requires grad.
 
     A call whose signature (shapes, strides, dtypes, devices and alignment of the tensors, values of the
     rest) an earlier call had replays that call's launch plan (``ogsgen.runtime.plans``) without checking
@@ -139,8 +151,6 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
     pc = precision_config if precision_config is not None else _DEFAULT_PRECISION
     act = fused_activation if fused_activation is not None else _NO_ACTIVATION
     epi = epilogue if epilogue is not None else _NO_EPILOGUE
-    if torch.is_grad_enabled() and _requires_grad(x, w, bias, betas, gammas, y_acc_in):
-        _refuse_gradients(x=x, w=w, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in)
     tensors = signature = None
     if fused_comm is None and inner_routing_data is None and not routing_checks.DEBUG:
         try:
