@@ -20,6 +20,34 @@ def test_decode_tiles_of_16_bit_weights_take_two_warpgroups():
     assert _gpt_oss_w1(2, 32).num_warps == 4  # 32-row tiles: unchanged
 
 
+def _qwen3_w1(tokens, k_major=False):
+    # Qwen3-30B-A3B w1: 128 experts, top-8, N=1536, K=2048, gathered x
+    rows = 8 * tokens
+    return make_opt_flags(2, 1, rows, 1536, 2048, 1, 128, max(1, rows // 128), True, 132, x_gathered=True,
+                          w_k_major=k_major)
+
+
+def test_decode_tiles_of_n_contiguous_moe_weights_step_128_deep_where_k_divides_or_one_wave_holds_them():
+    # bench/results/2026-12-03i-decode (after the x-row mask): Qwen3-30B-A3B w1 T=1 14.0 -> 11.7 us, T=8 87.9 -> 80.0
+    # (K = 2048); gpt-oss w2 T=1 (92 tiles on 132 SMs) 22.9 -> 20.8; gpt-oss w1 T=1 (K = 2880, 180 tiles) keeps two
+    # warpgroups 64 deep (33.5 against 36.5 us)
+    def tile(flags):
+        return flags.block_m, flags.block_n, flags.block_k, flags.num_warps, flags.num_stages
+    assert tile(_qwen3_w1(1)) == tile(_qwen3_w1(8)) == (16, 128, 128, 4, 4)
+    assert tile(_gpt_oss_w1(2, 1)) == (16, 128, 64, 8, 4)
+    dense = make_opt_flags(2, 1, 8, 1536, 2048, 1, None, 0, True, 132)
+    assert (dense.block_k, dense.num_warps) == (64, 8)  # dense calls: not measured, unchanged
+
+
+def test_sixteen_to_31_rows_per_expert_take_32_row_tiles():
+    # Qwen3-30B-A3B w1 T=256 (16 rows per expert): 205.7 us in 16-row tiles, 186.2 in 32x128x64x4x4
+    # (bench/results/2026-12-03i-decode); about half the experts spill into a second 16-row tile
+    assert _tile(_qwen3_w1(256))[:5] == (32, 128, 64, 4, 4)
+    assert _qwen3_w1(128).block_m == 16  # 8 rows per expert
+    assert _gpt_oss_w1(2, 32).block_m == 32
+    assert _gpt_oss_w1(2, 16, "hopper").block_m == 16  # mxfp4: not measured, unchanged
+
+
 def test_decode_tiles_of_k_contiguous_16_bit_moe_weights_take_128_deep_k_steps():
     # bench/results/2026-12-03c-kmajor: K-contiguous W at T=32, 16x128x128 with 4 warps 618 against 645 us
     # (gpt-oss w1) and 2193 against 2376 (DeepSeek-V3 w1) for the N-contiguous tile.
@@ -144,9 +172,10 @@ def test_decode_rows_read_in_place_take_the_persistent_kernel():
         return flags.block_m, flags.block_n, flags.block_k, flags.num_warps, flags.num_stages, flags.persistent
     assert tile(_gpt_oss_w2_bf16(8)) == (16, 128, 128, 4, 4, True)  # 32 rows: 531 MB of W at most
     # Less W than the eager call's host time hides (T=1, T=4), a row per expert or more, a gather (its copy comes
-    # first), or no TMA: the 16x128x64 tile as before
-    for flags in (_gpt_oss_w2_bf16(1), _gpt_oss_w2_bf16(4), _gpt_oss_w2_bf16(32),
-                  _gpt_oss_w2_bf16(8, x_gathered=True), _gpt_oss_w2_bf16(8, tma=False)):
+    # first), or no TMA: the tiled kernel's decode tile (at T=1 its 92 tiles fit in one wave: 128 deep in K)
+    assert tile(_gpt_oss_w2_bf16(1)) == (16, 128, 128, 4, 4, False)
+    for flags in (_gpt_oss_w2_bf16(4), _gpt_oss_w2_bf16(32), _gpt_oss_w2_bf16(8, x_gathered=True),
+                  _gpt_oss_w2_bf16(8, tma=False)):
         assert tile(flags) == (16, 128, 64, 8, 4, False)
 
 

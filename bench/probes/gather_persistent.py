@@ -4,10 +4,13 @@ triton_kernels' persistent kernel gathers rows with pointer loads (cp.async) at 
 
     PYTHONPATH=.:bench:third_party python bench/probes/gather_persistent.py --out DIR
 
-One stand-alone kernel with the template's ragged tile walk and 128x256x64 / 8 warps tile, in four forms:
+One stand-alone kernel with the template's ragged tile walk and 128x256x64 / 8 warps tile, in several forms:
 ``tma``: x from the gathered copy by TMA (what ships; timed without and with the copy); ``masked``: x rows by
 pointer loads, masked in K each step; ``even``: the same, unmasked where K is a multiple of BLOCK_K (rows past
-an expert's slice read row 0's token, and no tile stores them); ``even s4``: with 4 stages. Each is checked
+an expert's slice read row 0's token, and no tile stores them); ``rowmask``: those rows masked, not read;
+``wrap``: those rows read rows of the same expert's slice (triton_kernels' way); ``s4``: 4 stages. In ``masked``
+and ``even`` every tile's padding rows read one x row, the same address on every SM at once (the hot spot
+2026-12-03h-mask removed from the tiled kernel); ``rowmask`` and ``wrap`` do not. Each is checked
 against ogsgen.matmul_ogs; triton_kernels' and ogsgen's whole calls are timed in the same process.
 CUDA-graph medians to DIR/gather_persistent.csv.
 """
@@ -31,7 +34,8 @@ from tma_persistent import ragged_tile  # noqa: E402  (the template's ragged til
 import ogsgen  # noqa: E402
 from ogsgen.runtime.opt_flags import row_tiles  # noqa: E402
 
-CASES = [("gpt-oss w1", 8192), ("DeepSeek-V3 w1", 8192), ("gpt-oss w1", 2048)]
+CASES = [("Qwen3-30B-A3B w1", 8192), ("Qwen3-30B-A3B w1", 2048), ("gpt-oss w1", 8192), ("DeepSeek-V3 w1", 8192),
+         ("gpt-oss w1", 2048)]
 BM, BN, BK = 128, 256, 64
 
 
@@ -46,20 +50,28 @@ def persistent_w1(Y, stride_y, X, stride_x, XDesc, WDesc, GateIndx, n_expts_act,
     for t in tl.range(tl.program_id(0), grid_m * grid_n, n_programs, flatten=True):
         expert, start_m, offs_m, mask_m, pid_n = ragged_tile(t, grid_m, grid_n, BlockSchedule, SliceOffs,
                                                              SliceSizes, GROUP_M, BLOCK_M)
-        if X_BY != "tma":
+        if X_BY == "wrap":  # a row past the expert's slice reads a row of the same slice (triton_kernels' way)
+            slice_rows = tl.load(SliceSizes + expert)
+            first = tl.load(SliceOffs + expert)
+            gates = tl.load(GateIndx + first + (offs_m - first) % slice_rows)
+            XPtrs = X + (gates // n_expts_act).to(tl.int64)[:, None] * stride_x + tl.arange(0, BLOCK_K)[None, :]
+        elif X_BY != "tma":
             gates = tl.load(GateIndx + offs_m, mask=mask_m, other=0)
             XPtrs = X + (gates // n_expts_act).to(tl.int64)[:, None] * stride_x + tl.arange(0, BLOCK_K)[None, :]
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         for ki in range(k_steps):
             if X_BY == "tma":
-                x = XDesc.load([start_m, ki * BLOCK_K])
+                x = XDesc.load([start_m.to(tl.int32), ki * BLOCK_K])
             elif X_BY == "masked":
                 x = tl.load(XPtrs, mask=tl.arange(0, BLOCK_K)[None, :] < K - ki * BLOCK_K, other=0.0)
+                XPtrs += BLOCK_K
+            elif X_BY == "rowmask":
+                x = tl.load(XPtrs, mask=mask_m[:, None], other=0.0)
                 XPtrs += BLOCK_K
             else:
                 x = tl.load(XPtrs)
                 XPtrs += BLOCK_K
-            w = WDesc.load([expert, ki * BLOCK_K, pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N)
+            w = WDesc.load([expert.to(tl.int32), ki * BLOCK_K, pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N)
             acc = tl.dot(x, w, acc)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         tl.store(Y + offs_m.to(tl.int64)[:, None] * stride_y + offs_n[None, :], acc.to(tl.bfloat16),
@@ -108,7 +120,9 @@ def main():
                       ("tma (kernel only)", kernel("tma", 3), True), ("tma + copy", with_copy, True),
                       ("masked s3", kernel("masked", 3), True)]
         if k % BK == 0:
-            candidates += [("even s3", kernel("even", 3), True), ("even s4", kernel("even", 4), True)]
+            candidates += [("even s3", kernel("even", 3), True), ("rowmask s3", kernel("rowmask", 3), True),
+                           ("rowmask s4", kernel("rowmask", 4), True), ("wrap s3", kernel("wrap", 3), True),
+                           ("wrap s4", kernel("wrap", 4), True)]
         for label, run, check in candidates:
             if run is None:
                 continue

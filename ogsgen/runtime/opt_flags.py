@@ -145,6 +145,10 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
                can_persist, mx_scales_n_contiguous, x_gathered, split_is_free, w_k_major) -> OptFlags:
     rows = tokens_per_expt if n_expts is not None else m
     block_m = max(16, min(128, triton.next_power_of_2(max(rows, 1))))
+    if itemsize == 2 and w_mx_layout is None and n_expts is not None and 16 <= rows < 32:
+        # 16 to 31 rows per expert on average: about half the experts would spill into a second, nearly empty
+        # 16-row tile that streams their W again (docs/heuristics.md, "Decode rows").
+        block_m = 32
     if (itemsize == 2 and w_mx_layout is None and n_expts is not None and m < n_expts and not x_gathered
             and n >= 256 and k >= 256 and can_persist and m * n * k * itemsize >= _HOST_HIDING_W_BYTES):
         # Fewer rows than experts (decode), read in place: the persistent TMA kernel streams W faster, where W
@@ -158,10 +162,12 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     num_warps = 8 if block_m * block_n >= 128 * 128 else 4
     wait_mma, maxnreg = False, None
     if itemsize == 2 and w_mx_layout is None and block_m == 16:
-        # Decode rows with 16-bit W: two warpgroups per 16x128 tile stream W faster (docs/heuristics.md); MoE W stored
-        # K-contiguous streams faster in 128-deep K steps of one warpgroup (docs/heuristics.md, "K-contiguous W").
+        # Decode rows with 16-bit W: 16x128 tiles 128 deep in K with one warpgroup for MoE W stored K-contiguous
+        # (docs/heuristics.md, "K-contiguous W"), and for N-contiguous MoE W whose K is a whole number of such steps
+        # or whose tiles fit in one wave; else two warpgroups in 64-deep steps (docs/heuristics.md, "Decode rows").
         num_warps = 8
-        if w_k_major and n_expts is not None and k >= 128:
+        one_wave = n_sms is not None and row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n) <= n_sms
+        if n_expts is not None and k >= 128 and (w_k_major or k % 128 == 0 or one_wave):
             block_k, num_warps = 128, 4
     stage_bytes = (block_m + block_n) * block_k * itemsize
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
