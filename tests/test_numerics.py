@@ -139,15 +139,18 @@ PERSISTENT = sorted(name for name, v in DEFAULT.items() if v.has_persistent_kern
 def test_persistent_kernel(name, device):
     # Small tiles: every program loops over several tiles (the interpreter runs three programs), and M, N and K
     # all have tails, which TMA zero-fills (K = 56 and 40 are multiples of 8, as TMA's 16-byte strides need, and
-    # N = 80 and 48 multiples of 16, so that Y's rows after SwiGLU are too).
+    # N = 80 and 48 multiples of 16, so that Y's rows after SwiGLU are too). A gather reads x's rows by pointers,
+    # masked past each expert's rows, whose K needs no 16-byte rows (20) and may be whole K steps (32).
     variant = DEFAULT[name]
     with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
         if variant.ragged:
             run_moe_case(variant, 23, 64, 40, 4, 2, device)
             if variant.scatter:  # top-k > 1 runs the plain ragged companion; top-1 scatters directly
                 run_moe_case(variant, 23, 64, 40, 4, 1, device)
-            if variant.gather:  # x gathered ahead of the kernel; dropped gates (-1) must not disturb it
+            if variant.gather:  # dropped gates (-1) must not disturb the gathered rows
                 run_moe_case(variant, 19, 32, 24, 4, 2, device, drop=0.3)
+                run_moe_case(variant, 19, 32, 20, 4, 2, device)
+                run_moe_case(variant, 19, 32, 32, 4, 2, device)
         else:
             run_case(variant, 37, 80, 56, device, allow_tf32=False)
             run_case(variant, 20, 48, 24, device, batch=3, allow_tf32=False)

@@ -10,12 +10,11 @@ import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..devices import target
-from ..moe.gather import gather_rows_launch
 from ..numerics.scale_bounds import scales_at_most_2
 from ..spec import kernel_abi
 from ..spec.variant import KernelVariant
 from ..types import Epilogue, FusedActivation, FusedComm, InnerRoutingData, PrecisionConfig, RoutingData
-from . import loader, memory, plans
+from . import loader, memory
 from .descriptors import ragged_rows_descriptor
 from .opt_flags import OptFlags, reduce_tile, row_tiles
 
@@ -82,10 +81,9 @@ class MatmulInputs:
 
     @cached_property
     def x_desc(self) -> TensorDescriptor:
-        x = self._rows_in_sorted_order() if self.variant.gather else self.call.x
         if self.variant.ragged:
-            return ragged_rows_descriptor(x, self.flags.block_m, self.flags.block_k)
-        return TensorDescriptor.from_tensor(_as_3d(x), [1, self.flags.block_m, self.flags.block_k])
+            return ragged_rows_descriptor(self.call.x, self.flags.block_m, self.flags.block_k)
+        return TensorDescriptor.from_tensor(_as_3d(self.call.x), [1, self.flags.block_m, self.flags.block_k])
 
     @cached_property
     def w_k_major(self) -> bool:
@@ -114,18 +112,6 @@ class MatmulInputs:
         row_tiles_ = self.n_row_tiles if self.variant.ragged else call.batch * cdiv(call.m, self.flags.block_m)
         tiles = row_tiles_ * cdiv(call.n, self.flags.block_n)
         return max(1, min(tiles, target(call.x.device).sm_count if call.x.is_cuda else 3))
-
-    def _rows_in_sorted_order(self) -> torch.Tensor:
-        """The gather done ahead, for the persistent kernel: one copy of x's rows per gate (measured on the H200:
-        the persistent kernel's gain at large batches pays for it, docs/heuristics.md), into a buffer of the call's
-        plan."""
-        call = self.call
-        gates, x = call.gather_indx.src_indx, call.x
-        out = plans.new_buffer((gates.numel(), x.shape[1]), x.dtype, x.device)
-        if (launch := gather_rows_launch(x, gates, call.routing.n_expts_act, out)) is not None:
-            kernel, grid, args, options = launch
-            plans.launch(kernel, (*grid, 1), args, **options)
-        return out
 
 
 class ReduceInputs:

@@ -9,8 +9,8 @@ by a slot (an index into the call's tensors, then its new buffers) and the compi
 with the same signature fills the slots with its own tensors and launches the binaries directly.
 
 A call is planned only when every tensor it launches with (or describes by a TMA descriptor) is one of its own
-arguments (by identity), a buffer it allocated (:func:`new_buffer`; a gathered copy of x's rows is one, written by
-a launch of the plan), or a view of either at the same address and dtype, and every other argument value is a
+arguments (by identity), a buffer it allocated (:func:`new_buffer`; a scatter's sorted rows or split-K partials,
+written by a launch of the plan), or a view of either at the same address and dtype, and every other argument value is a
 plain constant; otherwise (a tensor torch made for the call: x reinterpreted as another dtype, metadata built
 for the call) each call takes the full path. A replayed descriptor is the recorded one with the call's tensor as
 its base: its shape and strides are the signature's.

@@ -259,11 +259,9 @@ def persistent_blocker(variant: KernelVariant, x: torch.Tensor) -> str | None:
 
 def tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool, y: torch.Tensor | None) -> str | None:
     """None when TMA descriptors can describe x, w and y, else what to change. (``x_gathered``: the kernel reads
-    a contiguous gathered copy of x, whose rows need a multiple of 16 bytes. ``y``: the output the kernel stores
-    by TMA, None where it stores by pointers.)"""
+    x's rows by pointers, no descriptor. ``y``: the output the kernel stores by TMA, None where it stores by
+    pointers.)"""
     if x_gathered:
-        if x.shape[-1] * x.element_size() % 16:
-            return f"TMA needs rows of a multiple of 16 bytes: K={x.shape[-1]} must be a multiple of 8"
         x = None
     if y is not None and y.shape[-1] * y.element_size() % 16:
         return (f"TMA needs rows of a multiple of 16 bytes: the output's rows ({y.shape[-1]} columns of "

@@ -88,6 +88,8 @@ def _y_by_pointers(v): return not v.persistent_stores_y_by_tma
 def _y_by_pointers_batched(v): return not v.persistent_stores_y_by_tma and not v.ragged
 def _persistent_has_pointer_strides(v): return _y_by_pointers(v) or v.y_acc_in or _y_mx(v)  # TMA needs none
 def _acc_batched(v): return v.y_acc_in and not v.ragged
+def _gather(v): return v.gather
+def _not_gather(v): return not v.gather
 def _scatter(v): return v.scatter
 def _not_scatter(v): return not v.scatter
 
@@ -104,6 +106,11 @@ def _stride_w_k(a) -> int:
 
 def _stride_w_n(a) -> int:
     return a.call.w.stride(-2) if a.variant.w.layout == "hopper" else a.call.w.stride(-1)
+
+
+def _even_k(a) -> bool:
+    # K steps need no mask (a ragged-K call's segments always take them)
+    return a.call.k % a.flags.block_k == 0 and a.call.k > 0 and not a.variant.inner
 
 
 def _flex_out(a):
@@ -164,6 +171,8 @@ _MATMUL_TILES = (Param("BLOCK_M", lambda a: a.flags.block_m, constexpr=True),
                  Param("BLOCK_K", lambda a: a.flags.block_k, constexpr=True),
                  Param("GROUP_M", lambda a: a.flags.group_m, constexpr=True))
 _OFFSETS_64 = Param("OFFSETS_64", lambda a: a.offsets_64, constexpr=True)
+_GATHER = (Param("GatherIndx", lambda a: a.call.gather_indx.src_indx, _gather),
+           Param("n_expts_act", lambda a: a.call.routing.n_expts_act, _gather, per_call=True))
 _M = Param("M", lambda a: a.call.m, _not_ragged, per_call=True)
 _N = Param("N", lambda a: a.call.n)
 _K = Param("K", lambda a: a.call.k, _not_inner)
@@ -206,8 +215,7 @@ TILED = (
     (Param("SliceSizes", lambda a: a.call.routing.expt_data.slice_sizes, _inner),
      Param("SliceOffs", lambda a: a.call.routing.expt_data.slice_offs, _inner),
      Param("BlockOffs", lambda a: a.call.routing.expt_data.block_offs(a.flags.block_k), _inner)),
-    (Param("GatherIndx", lambda a: a.call.gather_indx.src_indx, lambda v: v.gather),
-     Param("n_expts_act", lambda a: a.call.routing.n_expts_act, lambda v: v.gather, per_call=True)),
+    _GATHER,
     *_MATMUL_EPILOGUE,
     _FUSED_COMM,
     (_M, _N, _K, Param("split_k", lambda a: a.split_k, _split)),
@@ -220,8 +228,7 @@ TILED = (
     _MATMUL_TILES,
     (Param("X_PADDED", lambda a: a.call.inner.x_is_padded, lambda v: v.inner and not v.gather, constexpr=True),
      Param("W_PADDED", lambda a: a.call.inner.w_is_padded, _inner, constexpr=True)),
-    (Param("EVEN_K", lambda a: a.call.k % a.flags.block_k == 0 and a.call.k > 0 and not a.variant.inner,
-           constexpr=True),
+    (Param("EVEN_K", _even_k, constexpr=True),
      Param("WAIT_MMA", lambda a: a.flags.wait_mma, _w_mx, constexpr=True),
      Param("W_SCALES_AT_MOST_2", lambda a: a.w_scales_at_most_2, _w_hopper, constexpr=True),
      _OFFSETS_64),
@@ -230,7 +237,11 @@ TILED = (
 PERSISTENT = (
     tuple(Param(p.name, p.value, lambda v, when=p.when: _y_by_pointers(v) and when(v))
           for p in _y_pointer_params(split=False)),
-    (Param("XDesc", lambda a: a.x_desc),
+    # A gather's x rows are read by pointers (TMA cannot gather rows on Hopper), other x by XDesc.
+    (Param("X", lambda a: a.call.x, _gather),
+     Param("stride_x_m", lambda a: a.call.x.stride(-2), _gather),
+     Param("stride_x_k", lambda a: a.call.x.stride(-1), _gather),
+     Param("XDesc", lambda a: a.x_desc, _not_gather),
      Param("WDesc", lambda a: a.w_desc),
      Param("YDesc", lambda a: a.y_desc, lambda v: v.persistent_stores_y_by_tma)),
     _FLEX_OUTPUT,
@@ -240,12 +251,14 @@ PERSISTENT = (
      Param("BlockOffs", lambda a: a.call.routing.expt_data.block_offs(a.flags.block_m), _ragged),
      Param("BlockSchedule", lambda a: a.call.routing.expt_data.block_schedule(a.flags.block_m), _ragged),
      Param("n_expts_tot", lambda a: a.call.routing.n_expts_tot, _ragged, per_call=True)),
+    _GATHER,
     *_MATMUL_EPILOGUE,
     (_M, Param("n_batches", lambda a: a.call.batch, _not_ragged, per_call=True), _N, _K,
      Param("n_programs", lambda a: a.n_programs, per_call=True)),
     *_FUNCTIONS,
     _SATURATE,
     (*_MATMUL_TILES, Param("W_K_MAJOR", lambda a: a.w_k_major, constexpr=True),
+     Param("EVEN_K", _even_k, _gather, constexpr=True),
      Param("OFFSETS_64", lambda a: a.offsets_64, _persistent_has_pointer_strides, constexpr=True)),
 )
 

@@ -138,7 +138,7 @@ class KernelVariant:
     def has_persistent_kernel(self) -> bool:
         """Whether the variant also has a persistent kernel fed by TMA (``<name>_persistent``, for Hopper and
         later): plain 16-bit x and w of one format, whose tiles go to the MMA as loaded. With a gather, that
-        kernel reads x already gathered into the sorted rows' order (Hopper's TMA cannot gather rows)."""
+        kernel reads x's rows by pointer loads (Hopper's TMA cannot gather rows)."""
         return (self.family == "matmul" and not self.inner and not self.fused_comm and self.x == self.w
                 and self.x.bits == 16 and self.x.scaling == "none")
 
