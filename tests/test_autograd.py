@@ -180,3 +180,45 @@ def test_gradient_of_a_sum_arrives_expanded(device):
     matmul_ogs(x, w, bias, precision_config=FP32).sum().backward()
     torch.testing.assert_close(x.grad, torch.ones(8, 4, device=device) @ w.detach().T, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(bias.grad, torch.full((4,), 8.0, device=device))
+
+
+def test_swiglu_forward_keeps_its_rows_before_the_activation_for_the_backward(device, monkeypatch):
+    """Under autograd the forward of a built-in SwiGLU also stores out_alpha * (x @ w + bias) (its preact variant),
+    and the backward takes SwiGLU's gradient there: it launches no matmul recomputing those rows."""
+    from ogsgen.runtime import loader, plans
+    plans.clear()  # every launch through the loader, none replayed from an earlier test's plan
+    tokens, n_expts, width, n = 19, 4, 32, 48
+    rd, gi, _ = ogsgen.routing(torch.randn(tokens, n_expts, device=device), 2)
+    x = torch.randn(tokens, width, device=device).bfloat16()
+    w = (torch.randn(n_expts, width, n, device=device) / 4).bfloat16().requires_grad_()
+    bias = torch.randn(n_expts, n, device=device)
+    launched = []
+    original = loader.kernel_for
+    monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(variant) or
+                        original(variant, persistent))
+    y = matmul_ogs(x, w, bias, rd, gather_indx=gi, fused_activation=SWIGLU, out_alpha=0.5)
+    assert [v.preact for v in launched] == [True]
+    meta = rd.expt_data
+    routing = (rd.expt_hist, meta.slice_offs, meta.block_offs_data, meta.block_schedule_data)
+    _, preact = torch.ops.ogsgen.matmul_ogs(x, w.detach(), bias, *routing, gi.src_indx, gi.dst_indx, None, None, None,
+                                            None, None, n_expts, 2, 0.5, "swiglu", [1.702, 7.0], None, True, True)
+    expected = matmul_ogs_torch(x.float(), w.detach().float(), bias, rd, gather_indx=gi, out_alpha=0.5)
+    routed = int(meta.slice_offs[n_expts])
+    torch.testing.assert_close(preact[:routed].float(), expected[:routed], atol=3e-2, rtol=1e-2)
+    launched.clear()
+    y.float().square().sum().backward()
+    recomputed = [v for v in launched if v.ragged and v.gather and not v.inner]
+    assert not recomputed and w.grad is not None
+
+
+def test_preact_refuses_what_it_cannot_keep(device):
+    from ogsgen.errors import SpecError
+    from ogsgen.runtime.matmul import launch
+    x, w = torch.randn(8, 16, device=device), torch.randn(16, 24, device=device)
+    with pytest.raises(SpecError, match=r"preact must have the matmul's shape before the activation, \(8, 24\)"):
+        launch(x, w, None, fused_activation=SWIGLU, preact=torch.empty(8, 12, device=device))
+    with pytest.raises(SpecError, match="preact keeps a matmul's rows before its activation: it needs a "
+                                        "fused_activation"):
+        launch(x, w, None, preact=torch.empty(8, 24, device=device))
+    with pytest.raises(SpecError, match="preact must be torch.float32"):
+        launch(x, w, None, fused_activation=SWIGLU, preact=torch.empty(8, 24, device=device).bfloat16())

@@ -57,15 +57,15 @@ def test_custom_ops_pass_opcheck(device):
     w1.requires_grad_()
     torch.library.opcheck(torch.ops.ogsgen.matmul_ogs.default, (
         x, w1, b1, *routing, gi.src_indx, gi.dst_indx, None, None, None, None, None, N_EXPTS, K_ACT, None, "swiglu",
-        [1.702, 7.0], None, True))
+        [1.702, 7.0], None, True, True))  # (the forward stores the rows before SwiGLU for the backward)
     h = torch.randn(TOKENS * K_ACT, HIDDEN, device=device).bfloat16().requires_grad_()
     torch.library.opcheck(torch.ops.ogsgen.matmul_ogs.default, (
         h, w2, b2, *routing, None, None, si.src_indx, si.dst_indx, None, rd.gate_scal, None, N_EXPTS, K_ACT, None,
-        None, [], None, True))
+        None, [], None, True, False))
     dense = torch.randn(8, WIDTH, device=device, requires_grad=True)
     torch.library.opcheck(torch.ops.ogsgen.matmul_ogs.default, (
         dense, router_w.requires_grad_(), None, None, None, None, None, None, None, None, None, None, None, None, 1, 1,
-        0.5, None, [], torch.float32, False))
+        0.5, None, [], torch.float32, False, False))
     torch.library.opcheck(torch.ops.ogsgen.matmul_ogs_inner.default, (
         x.mT, h.detach(), *routing, gi.src_indx, K_ACT, 32, torch.float32, True))
     ids = torch.topk(torch.randn(TOKENS, N_EXPTS, device=device), K_ACT).indices.reshape(-1)

@@ -5,15 +5,19 @@ import pytest
 import torch
 
 import ogsgen
+from ogsgen import FusedActivation
 from ogsgen.codegen import build
 from ogsgen.spec import canonical_name, default_catalog, load_catalog_file
 from cases import run_case, run_moe_case
+from ogsgen.moe import routing_from_topk
 from ogsgen.runtime import loader
+from ogsgen.runtime.matmul import launch
 
 DEFAULT = default_catalog().by_name()
 DENSE = {name: v for name, v in DEFAULT.items()
-         if v.family == "matmul" and not v.ragged and not v.inner and not v.fused_comm}
-MOE = {name: v for name, v in DEFAULT.items() if v.ragged and not v.fused_comm}
+         if v.family == "matmul" and not v.ragged and not v.inner and not v.fused_comm and not v.preact}
+MOE = {name: v for name, v in DEFAULT.items() if v.ragged and not v.fused_comm and not v.preact}
+PREACT = {name: v for name, v in DEFAULT.items() if v.preact}
 FUSED_COMM = {name: v for name, v in DEFAULT.items() if v.fused_comm}
 INNER = {name: v for name, v in DEFAULT.items() if v.inner}
 LOADED = set()
@@ -132,7 +136,45 @@ def test_default_fused_comm_variant(name, device):
                                        atol=3e-2 * expected.abs().max().item(), rtol=0)
 
 
-PERSISTENT = sorted(name for name, v in DEFAULT.items() if v.has_persistent_kernel)
+PERSISTENT = sorted(name for name, v in DEFAULT.items() if v.has_persistent_kernel and not v.preact)
+
+
+@pytest.mark.parametrize("name", sorted(PREACT))
+def test_preact_variant(name, device):
+    """The training forward's variants: y as the plain variant computes it, and the rows before the activation
+    (out_alpha * (x @ w + bias)) in the output dtype, by the tiled kernel and (where the variant has one) the
+    persistent kernel; ragged rows with dropped gates, which write nothing."""
+    variant = DEFAULT[name]
+    dtype, out_dtype = variant.x.torch_dtype, variant.y.torch_dtype
+    n_expts, k_act, k, n = 4, 2, 40, 48
+    if variant.ragged:
+        weights, ids = torch.topk(torch.randn(13, n_expts, device=device).softmax(-1), k_act)
+        ids = torch.where(torch.rand(ids.shape, device=device) < 0.2, -1, ids)  # some gates routed nowhere
+        rd, gi, _ = routing_from_topk(ids, weights, n_expts)
+        rows = 13 * k_act
+        x = torch.randn(13 if variant.gather else rows, k, device=device).to(dtype)
+        w = (torch.randn(n_expts, k, n, device=device) / 4).to(dtype)
+        routing = dict(routing_data=rd, gather_indx=gi if variant.gather else None)
+        routed = int(rd.expt_data.slice_offs[n_expts])
+    else:
+        rows = routed = 21
+        x, w = torch.randn(rows, k, device=device).to(dtype), (torch.randn(k, n, device=device) / 4).to(dtype)
+        routing = {}
+    bias = torch.randn(*((n_expts,) if variant.ragged else ()), n, device=device) if variant.bias else None
+    gammas = torch.rand(rows, device=device) if variant.gammas else None
+    act = FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+    expected_z = ogsgen.matmul_ogs_torch(x.float(), w.float(), bias, **routing, out_alpha=0.5)
+    expected_y = ogsgen.matmul_ogs_torch(x.float(), w.float(), bias, **routing, out_alpha=0.5, gammas=gammas,
+                                         fused_activation=act)
+    for persistent in (False, True) if variant.has_persistent_kernel else (False,):
+        z = torch.full((rows, n), float("nan"), device=device).to(out_dtype)
+        with ogsgen.opt_flags_constraints(persistent=persistent, block_m=16, block_n=32, block_k=16):
+            y = launch(x, w, bias, **routing, gammas=gammas, out_alpha=0.5, fused_activation=act, preact=z,
+                       precision_config=ogsgen.PrecisionConfig(out_dtype=out_dtype, allow_tf32=False))
+        for got, want in ((z, expected_z), (y, expected_y)):
+            torch.testing.assert_close(got[:routed].float(), want[:routed], atol=3e-2 * want.abs().max().item(),
+                                       rtol=2e-2)
+        assert z[routed:].isnan().all()  # rows of no expert: not written
 
 
 @pytest.mark.parametrize("name", PERSISTENT)

@@ -13,6 +13,7 @@ from ..runtime import matmul as runtime
 from ..spec.functions import registered
 from ..types import PrecisionConfig, RoutingData
 from .custom_ops import matmul_ogs_inner_op, matmul_ogs_op
+from .gradients import saves_preact
 
 _PLAIN_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 _DEFAULT_PRECISION = PrecisionConfig()  # built once: torch.compile cannot trace its construction
@@ -80,11 +81,15 @@ def _through_custom_op(x, w, bias, routing_data, gather_indx, scatter_indx, pc, 
     ragged = routing_data is not None and routing_data.expt_hist is not None
     n_rows = gather_indx.src_indx.shape[0] if gather_indx is not None else x.shape[-2]
     meta = _metadata(routing_data, n_rows) if ragged else None
+    # Under autograd a built-in activation's forward stores its rows before the activation for the backward.
+    save_preact = saves_preact(act.specs if activation is not None else None, scatter_indx is not None) and \
+        torch.is_grad_enabled() and runtime._requires_grad(x, w, bias, gammas)
     return matmul_ogs_op(
         x, w, bias, routing_data.expt_hist if ragged else None, *(_fields(meta) if ragged else (None,) * 3),
         *_indices(gather_indx), *_indices(scatter_indx), betas, gammas, y_acc_in,
         routing_data.n_expts_tot if ragged else 1, routing_data.n_expts_act if ragged else 1,
-        None if out_alpha is None else float(out_alpha), activation, activation_args, pc.out_dtype, pc.allow_tf32)
+        None if out_alpha is None else float(out_alpha), activation, activation_args, pc.out_dtype, pc.allow_tf32,
+        save_preact)[0]
 
 
 def _has_scales(pc: PrecisionConfig) -> bool:

@@ -41,25 +41,36 @@ def matmul_ogs_op(x: Tensor, w: Tensor, bias: Optional[Tensor], expt_hist: Optio
                   scatter_dst: Optional[Tensor], betas: Optional[Tensor], gammas: Optional[Tensor],
                   y_acc_in: Optional[Tensor], n_expts_tot: int, n_expts_act: int, out_alpha: Optional[float],
                   activation: Optional[str], activation_args: list[float], out_dtype: Optional[torch.dtype],
-                  allow_tf32: bool) -> Tensor:
+                  allow_tf32: bool, save_preact: bool) -> tuple[Tensor, Tensor]:
+    """(y, the rows before the activation where ``save_preact``, else an empty tensor)."""
     routing_data = routing_args(expt_hist, slice_offs, block_offs, block_schedule, n_expts_tot, n_expts_act)
+    preact = torch.empty(_preact_shape(x, w, gather_src), dtype=out_dtype or x.dtype, device=x.device) \
+        if save_preact else None
     # (the inputs may require grad: this op's autograd is registered, so the launch path that skips that check)
-    return launch(x, w, bias, routing_data, None if gather_src is None else GatherIndx(gather_src, gather_dst),
-                  None if scatter_src is None else ScatterIndx(scatter_src, scatter_dst),
-                  PrecisionConfig(out_dtype=out_dtype, allow_tf32=allow_tf32), betas=betas, gammas=gammas,
-                  out_alpha=out_alpha, fused_activation=activation_of(activation, activation_args), y_acc_in=y_acc_in)
+    y = launch(x, w, bias, routing_data, None if gather_src is None else GatherIndx(gather_src, gather_dst),
+               None if scatter_src is None else ScatterIndx(scatter_src, scatter_dst),
+               PrecisionConfig(out_dtype=out_dtype, allow_tf32=allow_tf32), betas=betas, gammas=gammas,
+               out_alpha=out_alpha, fused_activation=activation_of(activation, activation_args), y_acc_in=y_acc_in,
+               preact=preact)
+    return y, preact if preact is not None else x.new_empty(0, dtype=out_dtype or x.dtype)
+
+
+def _preact_shape(x, w, gather_src) -> tuple:
+    rows = gather_src.shape[0] if gather_src is not None else x.shape[-2]
+    return (x.shape[0], rows, w.shape[-1]) if x.ndim == 3 else (rows, w.shape[-1])
 
 
 @matmul_ogs_op.register_fake
 def _matmul_ogs_fake(x, w, bias, expt_hist, slice_offs, block_offs, block_schedule, gather_src, gather_dst,
                      scatter_src, scatter_dst, betas, gammas, y_acc_in, n_expts_tot, n_expts_act, out_alpha, activation,
-                     activation_args, out_dtype, allow_tf32):
+                     activation_args, out_dtype, allow_tf32, save_preact):
     reduction_n = 1 if activation is None else registered("activation", activation).reduction_n
     rows = gather_src.shape[0] if gather_src is not None else x.shape[-2]
     if scatter_src is not None:
         rows = scatter_src.shape[0] // n_expts_act
     shape = (x.shape[0], rows, w.shape[-1] // reduction_n) if x.ndim == 3 else (rows, w.shape[-1] // reduction_n)
-    return x.new_empty(shape, dtype=out_dtype or x.dtype)
+    preact = x.new_empty(_preact_shape(x, w, gather_src) if save_preact else (0,), dtype=out_dtype or x.dtype)
+    return x.new_empty(shape, dtype=out_dtype or x.dtype), preact
 
 
 matmul_ogs_op.register_autograd(gradients.matmul_ogs_backward, setup_context=gradients.matmul_ogs_setup_context)

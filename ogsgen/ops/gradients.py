@@ -8,8 +8,10 @@ with x_p gathered from x's token rows (gather) and y_p summed into its token's r
     dW[e] = x[rows of e]^T @ dz[rows of e]:  the ragged-K kernel (matmul_ogs_inner), x's tokens read through
             the forward's gather
     d bias[e] = sum over e's rows of betas_p dz_p
-z is recomputed by the same matmul without its activation and gammas (fp32 output) where act' or d gammas need it;
-act' is torch's autograd of the activation's torch reference. No loop over experts; nothing synchronizes.
+z is what the forward stored (``save_preact``: built-in activations, whose preact variants the default catalog has;
+in the output dtype, as torch's autograd of a linear layer keeps it), else recomputed by the same matmul without
+its activation and gammas (fp32 output), where act' or d gammas need it. act' is torch's autograd of the
+activation's torch reference. No loop over experts; nothing synchronizes.
 """
 from __future__ import annotations
 
@@ -23,27 +25,38 @@ from ..types import INNER_BLOCK_K
 
 # ogsgen::matmul_ogs's differentiable inputs, by position
 X, W, BIAS, BETAS, GAMMAS, Y_ACC_IN = 0, 1, 2, 11, 12, 13
-N_INPUTS = 21
+N_INPUTS = 22
+# Activations whose forward stores its pre-activation under autograd: the default catalog builds their preact
+# variants. (A user's activation is recomputed in the backward: its catalog has no such variants.)
+_PREACT_SHIPPED = ("swiglu",)
+
+
+def saves_preact(activation, scatter: bool) -> bool:
+    """Whether a differentiated call with this activation (a registered FnSpecs, or None) stores its rows before it."""
+    return (activation is not None and not scatter and activation.name in _PREACT_SHIPPED
+            and registered("activation", activation.name) is activation)
 
 
 def matmul_ogs_setup_context(ctx, inputs, output):
     (x, w, bias, hist, slice_offs, block_offs, schedule, gather_src, gather_dst, scatter_src, scatter_dst, betas,
      gammas, _y_acc_in, n_expts_tot, n_expts_act, out_alpha, activation, activation_args, _out_dtype,
-     allow_tf32) = inputs
+     allow_tf32, save_preact) = inputs
+    _, preact = output
+    ctx.mark_non_differentiable(preact)
     ctx.save_for_backward(x, w, bias, hist, slice_offs, block_offs, schedule, gather_src, gather_dst, scatter_src,
-                          scatter_dst, betas, gammas)
+                          scatter_dst, betas, gammas, preact if save_preact else None)
     ctx.scalars = (n_expts_tot, n_expts_act, out_alpha, activation, tuple(activation_args), allow_tf32)
 
 
-def matmul_ogs_backward(ctx, dy):
+def matmul_ogs_backward(ctx, dy, _d_preact):
     (x, w, bias, hist, slice_offs, block_offs, schedule, gather_src, gather_dst, scatter_src, scatter_dst, betas,
-     gammas) = ctx.saved_tensors
+     gammas, preact) = ctx.saved_tensors
     n_expts_tot, k, alpha, activation, activation_args, allow_tf32 = ctx.scalars
     need = ctx.needs_input_grad
     dy = dy.contiguous()  # (a sum's gradient arrives expanded, with stride 0; the kernels' TMA wants real strides)
 
     def matmul(*args):  # the forward's precision (tf32 dots for fp32 operands, or not)
-        return torch.ops.ogsgen.matmul_ogs(*args, allow_tf32)
+        return torch.ops.ogsgen.matmul_ogs(*args, allow_tf32, False)[0]
     routing = (hist, slice_offs, block_offs, schedule)
     ragged = hist is not None
     n_rows = scatter_dst.shape[0] if scatter_dst is not None else dy.shape[-2]
@@ -61,8 +74,9 @@ def matmul_ogs_backward(ctx, dy):
     d_gammas = None
     spec = registered("activation", activation) if activation is not None else None
     if spec is not None or (gammas is not None and need[GAMMAS]):
-        z = matmul(x, w, bias, *routing, gather_src, gather_dst, None, None, betas, None, None, n_expts_tot, k, alpha,
-                   None, [], torch.float32)
+        z = preact.float() if preact is not None else matmul(
+            x, w, bias, *routing, gather_src, gather_dst, None, None, betas, None, None, n_expts_tot, k, alpha, None, [],
+            torch.float32)
         with torch.enable_grad():
             z_leaf = z.detach().requires_grad_(spec is not None)
             act = spec.reference(z_leaf, *activation_args) if spec is not None else z_leaf

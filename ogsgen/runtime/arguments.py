@@ -47,9 +47,10 @@ class MatmulInputs:
     (B, M, N) rows or (S, B, M, N) fp32 split-K partials."""
 
     def __init__(self, variant: KernelVariant, call: Call, flags: OptFlags, out: torch.Tensor, *, bias, betas, gammas,
-                 y_acc_in, out_alpha, split_k: int = 1):
+                 y_acc_in, out_alpha, split_k: int = 1, preact=None):
         self.variant, self.call, self.flags, self.out = variant, call, flags, out
         self.bias, self.betas, self.gammas, self.y_acc_in = bias, betas, gammas, y_acc_in
+        self.preact = preact  # the rows before the activation (variant.preact)
         self.out_alpha, self.split_k = out_alpha, split_k
 
     @property
@@ -61,7 +62,7 @@ class MatmulInputs:
         call = self.call
         return memory.needs_64bit_offsets(
             (call.x, (-1,)), (call.w, (-2, -1)), (self.out, (0, -1) if self.split_k > 1 else (-1,)),
-            (self.y_acc_in, (-1,)), (call.pc.weight_scale, (-2, -1)), (call.pc.out_scale, (-1,)))
+            (self.y_acc_in, (-1,)), (call.pc.weight_scale, (-2, -1)), (call.pc.out_scale, (-1,)), (self.preact, (-1,)))
 
     @property
     def w_scales_at_most_2(self) -> bool:

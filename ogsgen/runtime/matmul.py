@@ -32,10 +32,20 @@ _MAX_GRID_Y = 65535
 
 @lru_cache(maxsize=1024)
 def _variant(x_fmt, w_fmt, y_fmt, ragged, gather, scatter, bias, betas, gammas, y_acc_in, activation,
-             epilogue, fused_comm=False) -> KernelVariant:
+             epilogue, fused_comm=False, preact=False) -> KernelVariant:
     return KernelVariant(x_fmt, w_fmt, y_fmt, ragged=ragged, gather=gather, scatter=scatter, bias=bias, betas=betas,
                          gammas=gammas, y_acc_in=y_acc_in, activation=activation, epilogue=epilogue,
-                         fused_comm=fused_comm)
+                         fused_comm=fused_comm, preact=preact)
+
+
+def _check_preact(preact, act, scatter_indx, fused_comm, y_fmt, shape, dtype) -> None:
+    if act.specs.is_default or scatter_indx is not None or fused_comm is not None or y_fmt.scaling != "none":
+        raise SpecError("preact keeps a matmul's rows before its activation: it needs a fused_activation and a plain "
+                        "output, without scatter_indx or fused_comm")
+    check_tensor(preact, "preact", ndims=(len(shape),), dtype=dtype)
+    if tuple(preact.shape) != shape:
+        raise SpecError(f"preact must have the matmul's shape before the activation, {shape}, got "
+                        f"{tuple(preact.shape)}")
 
 
 def _launch_matmul(variant: KernelVariant, call: Call, flags, out: torch.Tensor, **operands):
@@ -141,8 +151,11 @@ def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=Non
 
 def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, precision_config=None, betas=None,
            gammas=None, out_alpha=None, y=None, fused_comm=None, fused_activation=None, epilogue=None, y_acc_in=None,
-           inner_routing_data=None):
+           inner_routing_data=None, preact=None):
     """``matmul_ogs`` for a caller that has made sure no input requires grad.
+
+    ``preact`` (for ogsgen's backward): a tensor shaped as the matmul's rows before the activation, (rows, N) or
+    (B, rows, N) in the output dtype, which the kernel fills with them (``out_alpha * (x @ w + betas * bias)``).
 
     A call whose signature (shapes, strides, dtypes, devices and alignment of the tensors, values of the
     rest) an earlier call had replays that call's launch plan (``ogsgen.runtime.plans``) without checking
@@ -155,7 +168,7 @@ def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, p
     if fused_comm is None and inner_routing_data is None and not routing_checks.DEBUG:
         try:
             tensors, signature = _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
-                                                 gammas, out_alpha, y, act, epi, y_acc_in)
+                                                 gammas, out_alpha, y, act, epi, y_acc_in, preact)
             plan = plans.lookup(signature, tensors)
         except (AttributeError, TypeError):  # a malformed argument (the checked path says which) or unhashable
             tensors = plan = None
@@ -166,7 +179,7 @@ def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, p
             return plan.run(tensors)
     with plans.recording() as rec:
         y_out = _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas,
-                                    out_alpha, y, fused_comm, act, epi, y_acc_in, inner_routing_data)
+                                    out_alpha, y, fused_comm, act, epi, y_acc_in, inner_routing_data, preact)
     if tensors is not None:
         guard = memory.DisjointGuard(tensors, _WRITTEN, _SAME_ALLOWED) if y is not None or \
             pc.out_scale is not None or pc.flex_ctx.out_data.actual_scale is not None else None
@@ -196,20 +209,20 @@ def _check_routing_on_host(x, routing_data, gather_indx, scatter_indx):
 
 
 # Positions in _call_signature's tensor list of the tensors the kernels write (y, precision_config.out_scale,
-# precision_config.flex_ctx.out_data.actual_scale), and of y_acc_in, which may be y itself.
-_WRITTEN = (5, 8, 13)
+# precision_config.flex_ctx.out_data.actual_scale, preact), and of y_acc_in, which may be y itself.
+_WRITTEN = (5, 8, 13, 15)
 _SAME_ALLOWED = ((5, 6),)
 
 
 def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
-                    epi, y_acc_in) -> tuple[list, tuple]:
+                    epi, y_acc_in, preact) -> tuple[list, tuple]:
     """(the call's tensors in a fixed order, its signature): everything the checked path reads. Non-tensor
     entries of the list (None, function argument values) enter the signature by type and value."""
     swizzled = w.__class__ is SwizzledMxValues
     flex = pc.flex_ctx
     lhs, rhs, out = flex.lhs_data, flex.rhs_data, flex.out_data
     tensors = [x, w.data if swizzled else w, bias, betas, gammas, y, y_acc_in, pc.weight_scale, pc.out_scale,
-               pc.act_scale, lhs.scale, rhs.scale, out.expected_scale, out.actual_scale, flex.acc_data.scale]
+               pc.act_scale, lhs.scale, rhs.scale, out.expected_scale, out.actual_scale, flex.acc_data.scale, preact]
     scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.max_num_imprecise_acc, pc.allow_tf32,
                pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype, rhs.dtype,
                act.specs, epi.specs,
@@ -238,11 +251,13 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
 
 
 def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y,
-                        fused_comm, act, epi, y_acc_in, inner_routing_data):
+                        fused_comm, act, epi, y_acc_in, inner_routing_data, preact=None):
     """``matmul_ogs`` with every argument checked, for the first call of a signature."""
     check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi)
     reject_unsupported(pc)
     if inner_routing_data is not None:
+        if preact is not None:
+            raise SpecError("preact is taken by matmuls with an activation, not with inner_routing_data")
         return inner_matmul(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
                             epi, y_acc_in, inner_routing_data)
     check_tensor(x, "x", ndims=(2, 3))
@@ -322,8 +337,10 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                         f"set precision_config.out_dtype={y.dtype} or pass a {out_dtype} y")
     if y_acc_in is not None and scatter_indx is not None:
         raise SpecError("y_acc_in cannot be combined with scatter_indx: accumulate after the scatter instead")
+    if preact is not None:
+        _check_preact(preact, act, scatter_indx, fused_comm, y_fmt, (batch, m, n) if batched else (m, n), out_dtype)
     written, read = named_tensors(x, w, bias, routing_data if ragged else None, gather_indx, scatter_indx, pc, betas,
-                                   gammas, y, act, epi, y_acc_in)
+                                   gammas, y, act, epi, y_acc_in, preact)
     check_devices(x, {**read, **written})
     check_distinct_elements(written)
     if batch > _MAX_GRID_Y:
@@ -348,7 +365,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs,
-                       fused_comm is not None)
+                       fused_comm is not None, preact is not None)
     call = Call(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc,
                 comm=fused_comm)
     if not x.is_cuda:  # Triton's interpreter: corrected, so that it computes what the GPU does
@@ -362,7 +379,8 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     topk = scatter_indx is not None and (routing_data.n_expts_act > 1 or fused_comm is not None)
     # K splits where its partials are summed before anything nonlinear: by a reduce of their own, or by a top-k
     # scatter's combine when no activation comes between the two sums
-    can_split = y_acc_in is None and fused_comm is None and (scatter_indx is None or (topk and act.specs.is_default))
+    can_split = y_acc_in is None and fused_comm is None and preact is None and (
+        scatter_indx is None or (topk and act.specs.is_default))
     flag_args = (x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt, can_split, n_sms,
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
@@ -388,7 +406,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                 if scatter_indx is not None:
                     plans.zero(y)  # tokens whose only gate was dropped get zeros
                 _launch_matmul(variant, call, flags, y, bias=bias, betas=betas, gammas=gammas, y_acc_in=y_acc_in,
-                               out_alpha=out_alpha)
+                               out_alpha=out_alpha, preact=preact)
             else:
                 _launch_matmul(matmul_variant, call, flags, matmul_out, bias=bias, betas=betas, gammas=None,
                                y_acc_in=None, out_alpha=out_alpha, split_k=flags.split_k)

@@ -361,12 +361,13 @@ def check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) ->
 
 
 def named_tensors(x, w, bias, routing_data, gather_indx, scatter_indx, pc: PrecisionConfig, betas, gammas, y, act,
-                   epi, y_acc_in) -> tuple[dict, dict]:
+                   epi, y_acc_in, preact=None) -> tuple[dict, dict]:
     """(written, read): a call's tensors by argument name, those the kernels write (y, an MX output's scales, a
-    flexpoint output's actual scale) and the others; non-tensors (a function's float arguments) are left out."""
+    flexpoint output's actual scale, preact) and the others; non-tensors (a function's float arguments) are left
+    out."""
     flex = pc.flex_ctx
     written = {"y": y, "precision_config.out_scale": pc.out_scale,
-               "precision_config.flex_ctx.out_data.actual_scale": flex.out_data.actual_scale}
+               "precision_config.flex_ctx.out_data.actual_scale": flex.out_data.actual_scale, "preact": preact}
     read = {"x": x, "w": w, "bias": bias, "betas": betas, "gammas": gammas, "y_acc_in": y_acc_in,
             "precision_config.weight_scale": pc.weight_scale,
             "precision_config.flex_ctx.lhs_data.scale": flex.lhs_data.scale,

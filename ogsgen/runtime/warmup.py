@@ -50,7 +50,7 @@ from ..spec.variant import KernelVariant, canonical_name
 from ..types import (INNER_BLOCK_K, Epilogue, FlexCtx, FusedActivation, FusedComm, InFlexData, InnerRoutingData,
                      OutFlexData, PrecisionConfig)
 from .inner import inner_flags
-from .matmul import matmul_ogs
+from .matmul import launch, matmul_ogs
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
 
 # Problem sizes whose heuristic choices span every configuration real calls reach: rows (tokens per
@@ -110,7 +110,8 @@ class WarmupCall:
         lead = (_CALL_EXPERTS,) if v.ragged else ()
         for comm, buffers in self._comms(v, out_rows, n_out, device):
             with opt_flags_constraints(**asdict(self.flags)):
-                matmul_ogs(x, w, torch.randn(*lead, n, device=device) if v.bias else None, rd,
+                # (the launch path, which also takes the rows before the activation of a preact variant)
+                launch(x, w, torch.randn(*lead, n, device=device) if v.bias else None, rd,
                            gather_indx=gi if v.gather else None, scatter_indx=si if v.scatter else None,
                            precision_config=PrecisionConfig(out_dtype=v.y.torch_dtype, flex_ctx=flex, **fields),
                            betas=torch.rand(rows, device=device) if v.betas else None,
@@ -120,7 +121,8 @@ class WarmupCall:
                            if v.y_acc_in else None,
                            fused_activation=FusedActivation(v.activation, (1.0,) * len(v.activation.fn_arg_names))
                            if v.activation else None,
-                           epilogue=Epilogue(v.epilogue, (1.0,) * len(v.epilogue.fn_arg_names)) if v.epilogue else None)
+                           epilogue=Epilogue(v.epilogue, (1.0,) * len(v.epilogue.fn_arg_names)) if v.epilogue else None,
+                           preact=torch.empty(rows, n, device=device).to(v.y.torch_dtype) if v.preact else None)
 
     def _comms(self, v, out_rows, n_out, device):
         """(FusedComm, the ranks' buffers) of each call to make: (None, ()) for a variant without fused_comm; for
@@ -186,8 +188,8 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
     w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
     y_mx = variant.y.scaling == "block_e8m0"
     # A scatter splits K only in its top-k calls (without an activation); one gate per token writes y directly.
-    can_splits = {not variant.y_acc_in and not variant.scatter,
-                  not variant.y_acc_in and not (variant.scatter and variant.activation)}
+    can_splits = {not variant.y_acc_in and not variant.preact and not variant.scatter,
+                  not variant.y_acc_in and not variant.preact and not (variant.scatter and variant.activation)}
     persistent_blocker = None if tma and variant.has_persistent_kernel else "no persistent kernel here"
     seen = {}
     router_like = not variant.ragged and variant.w.scaling == "none"

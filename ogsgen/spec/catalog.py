@@ -101,6 +101,14 @@ def default_catalog() -> Catalog:
         # call is the plain ragged matmul and a top-k reduce that sends (the only kernel of its own)
         *[KernelVariant(fmt, fmt, fmt, family="reduce", scatter=True, gammas=gammas, fused_comm=True)
           for (fmt, _, _), gammas in itertools.product(moe_formats, (False, True))],
+        # Training: the forward of a fused SwiGLU under autograd also stores the rows before it (preact), at which
+        # the backward takes SwiGLU's gradient instead of recomputing them.
+        *variant_product(dense_formats, activations=(swiglu,), bias=(False, True), gammas=(False, True),
+                         preact=(True,)),
+        *variant_product(moe_formats, activations=(swiglu,), ragged=(True,), gather=(True,), bias=(False, True),
+                         preact=(True,)),
+        *variant_product(moe_formats, activations=(swiglu,), ragged=(True,), bias=(False, True),
+                         gammas=(False, True), preact=(True,)),
         # Ragged K, the expert weights' gradient in training (dW[e] = X[seg e]^T @ dY[seg e]): X sorted, or the first
         # MoE matmul's tokens read through its gather; fp32 gradients accumulated in place with y_acc_in.
         *variant_product([*moe_formats, (BF16, BF16, FP32), (FP16, FP16, FP32), (FP32, FP32, FP32)], inner=(True,),

@@ -10,7 +10,7 @@ parameter cannot be added to a kernel and forgotten by its launch, or the revers
 
 A value function reads the runtime's launch inputs ``a`` (``ogsgen.runtime.arguments``): ``a.call`` (x, w, m, n, k,
 batch, routing, gather_indx, scatter_indx, act, epi, pc: what every kernel of a call shares), ``a.out`` (the tensor
-the kernel writes), the launch's operands (bias, betas, gammas, y_acc_in, out_alpha, split_k), its tile sizes and
+the kernel writes), the launch's operands (bias, betas, gammas, y_acc_in, out_alpha, split_k, preact), its tile sizes and
 the values the runtime derives (descriptors, schedules, program counts).
 """
 from __future__ import annotations
@@ -86,8 +86,10 @@ def _y_mx_batched(v): return _y_mx(v) and not v.ragged
 def _y_flex_batched(v): return _y_flex(v) and not v.ragged
 def _y_by_pointers(v): return not v.persistent_stores_y_by_tma
 def _y_by_pointers_batched(v): return not v.persistent_stores_y_by_tma and not v.ragged
-def _persistent_has_pointer_strides(v): return _y_by_pointers(v) or v.y_acc_in or _y_mx(v)  # TMA needs none
+def _persistent_has_pointer_strides(v): return _y_by_pointers(v) or v.y_acc_in or _y_mx(v) or v.preact  # TMA: none
 def _acc_batched(v): return v.y_acc_in and not v.ragged
+def _preact(v): return v.preact
+def _preact_batched(v): return v.preact and not v.ragged
 def _gather(v): return v.gather
 def _not_gather(v): return not v.gather
 def _scatter(v): return v.scatter
@@ -159,6 +161,11 @@ _MATMUL_EPILOGUE = (
      Param("stride_acc_b", lambda a: _batch_stride(a.y_acc_in), _acc_batched),
      Param("stride_acc_m", lambda a: a.y_acc_in.stride(-2), lambda v: v.y_acc_in),
      Param("stride_acc_n", lambda a: a.y_acc_in.stride(-1), lambda v: v.y_acc_in)),
+    # the rows before the activation, kept for the backward
+    (Param("PreAct", lambda a: a.preact, _preact),
+     Param("stride_z_b", lambda a: _batch_stride(a.preact), _preact_batched),
+     Param("stride_z_m", lambda a: a.preact.stride(-2), _preact),
+     Param("stride_z_n", lambda a: a.preact.stride(-1), _preact)),
     (Param("Bias", lambda a: a.bias, lambda v: v.bias),
      Param("stride_bias_b", _bias_batch_stride, lambda v: v.bias)),
     (Param("Betas", lambda a: a.betas, lambda v: v.betas),),

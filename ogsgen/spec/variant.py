@@ -10,7 +10,9 @@ Families:
 * ``matmul``: ``Y = epilogue(y_acc_in + gammas * act(out_alpha * (X @ W + betas * bias)))`` for
   dense, batched or ragged (expert-sorted, optionally gathered and scattered) rows; with ``inner``, the ragged
   axis is K instead (the expert weights' gradient): ``Y[e] = y_acc_in[e] + X[:, segment e] @ W[segment e, :]``,
-  X's columns optionally gathered (``gather``: column p reads x column ``gather_indx[p] // n_expts_act``);
+  X's columns optionally gathered (``gather``: column p reads x column ``gather_indx[p] // n_expts_act``); with
+  ``preact``, the matmul also stores ``out_alpha * (X @ W + betas * bias)`` (its rows, before the activation) for
+  the backward;
 * ``reduce``: sums partial results (split K, or the k expert outputs of each token after a scatter)
   and applies what the matmul could not: activation, gammas, epilogue.
 
@@ -33,7 +35,7 @@ FAMILIES = {
 }
 
 # Structural features in the order they appear in canonical names.
-FEATURES = ("ragged", "inner", "gather", "scatter", "bias", "betas", "gammas", "y_acc_in", "fused_comm")
+FEATURES = ("ragged", "inner", "gather", "scatter", "bias", "betas", "gammas", "y_acc_in", "fused_comm", "preact")
 _REDUCE_FEATURES = ("scatter", "gammas", "fused_comm")
 
 
@@ -52,6 +54,7 @@ class KernelVariant:
     gammas: bool = False
     y_acc_in: bool = False
     fused_comm: bool = False
+    preact: bool = False
     activation: FnSpecs | None = None
     epilogue: FnSpecs | None = None
 
@@ -88,6 +91,11 @@ class KernelVariant:
             raise SpecError("KernelVariant: fused_comm writes a plain output's rows to the ranks' buffers; it takes "
                             "neither inner, y_acc_in, an epilogue nor a scaled output (and a reduce kernel's only "
                             "after a scatter)")
+        if self.preact and (self.family != "matmul" or self.activation is None or self.inner or self.scatter
+                            or self.fused_comm or self.y.scaling != "none"):
+            raise SpecError("KernelVariant: preact stores a matmul's rows before its activation (for the backward); "
+                            "it needs an activation and a plain output, and takes neither inner, scatter nor "
+                            "fused_comm")
         if self.y_acc_in and self.scatter:
             raise SpecError("KernelVariant: y_acc_in accumulates into unscattered rows; it cannot be combined "
                             "with scatter")
@@ -272,6 +280,6 @@ def companions(variant: KernelVariant) -> list[KernelVariant]:
         return list(topk_plan(variant))
     if variant.scatter:
         return list(topk_plan(variant)) + (list(topk_split_k_plan(variant)) if variant.activation is None else [])
-    if variant.y_acc_in:
+    if variant.y_acc_in or variant.preact:  # (never split: the runtime keeps their K whole)
         return []
     return list(split_k_plan(variant))
