@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ogsgen.spec import KernelVariant
 from ogsgen.runtime.opt_flags import make_opt_flags
 from ogsgen.runtime.warmup import RoutingWarmup, WarmupCall, reachable_flags, warmup_calls
 from ogsgen.spec.catalog import default_catalog
@@ -66,11 +67,30 @@ def test_warmup_covers_every_matmul_variant_and_the_routing_kernels(device):
     calls = warmup_calls(list(DEFAULT.values()), H200_SMS)
     calls[0].run(device)  # the routing warm-up is a valid routing call
     warmed = {c.variant for c in calls if isinstance(c, WarmupCall)}
-    assert warmed == {v for v in DEFAULT.values() if v.family == "matmul"}
+    # the scatter calls whose top-k reduce sends their token rows to the ranks, for each such reduce variant
+    senders = {KernelVariant(v.x, v.x, v.y, ragged=True, scatter=True, gammas=v.gammas, fused_comm=True)
+               for v in DEFAULT.values() if v.family == "reduce" and v.fused_comm}
+    assert senders and warmed == {v for v in DEFAULT.values() if v.family == "matmul"} | senders
     assert [c.n_experts for c in calls if isinstance(c, RoutingWarmup)] == [16, 32, 64, 128, 256, 512, 1024]
     for call in calls:
         if isinstance(call, WarmupCall):  # both K tail cases of each configuration
             assert call.k % call.flags.block_k == 0 or call.k % 16 == 0
+
+
+def test_warmup_of_the_sending_top_k_reduce_is_a_valid_call(device, monkeypatch):
+    """A scatter call with fused communication, whose top-k reduce sends each token's row to the ranks' buffers: it
+    launches that reduce variant (for every rank count warmed)."""
+    from ogsgen.runtime import loader
+    if device == "cuda":
+        pytest.skip("checked through the interpreter (the GPU warm-up test compiles for real)")
+    reduce = next(v for v in DEFAULT.values() if v.family == "reduce" and v.fused_comm and v.gammas)
+    launched = []
+    original = loader.kernel_for
+    monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(variant) or
+                        original(variant, persistent))
+    (call,) = [c for c in warmup_calls([reduce], H200_SMS) if c.top_k == 2]
+    call.run(device)
+    assert launched.count(reduce) == 5  # all-gathers over 1, 2, 4 and 8 ranks, and rows sent to shards
 
 
 @pytest.mark.slow

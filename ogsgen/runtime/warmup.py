@@ -18,10 +18,10 @@ are warmed as training's backward calls them: block_k 32, unpadded operands, x t
 rows.
 
 Fused-communication variants are warmed as all-gathers over 1, 2, 4 and 8 ranks (the rank count is a constant of
-the kernel) and as rows sent to shards.
+the kernel) and as rows sent to shards; so is the top-k reduce that sends a scatter's token rows (top-k 1, 2, 4, 8).
 
 Not covered, compiled on first use: N or K not a multiple of 16, ragged-K calls with padded operands or another
-block_k, fused communication over other rank counts and its top-k reduce (a scatter's rows sent), operands with other strides (MX scales
+block_k, fused communication over other rank counts, operands with other strides (MX scales
 K-contiguous among them: Hopper gives them tiles of their own), enforce_bitwise_invariance, top-k other than 1, 2,
 4 and 8, and custom functions whose runtime arguments are not floats (such calls are reported as failed, the rest
 goes on). Triton's cache key of a kernel depends on which kernels sharing its helpers were compiled before it in
@@ -224,6 +224,13 @@ def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
     """What warm-up runs: the routing kernels when any variant is ragged, then every matmul variant's calls."""
     calls = [RoutingWarmup(1 << i) for i in range(4, 11)] if any(v.ragged or v.inner for v in variants) else []
     for v in variants:
+        if v.family == "reduce" and v.fused_comm:
+            # The top-k reduce that sends a scatter's token rows to the ranks: launched by a scatter call with
+            # fused_comm (any k; its plain ragged matmul is a variant warmed on its own), unsplit.
+            sender = KernelVariant(v.x, v.x, v.y, ragged=True, scatter=True, gammas=v.gammas, fused_comm=True)
+            flags = next(f for f in reachable_flags(sender, n_sms, tma) if f.split_k == 1)
+            calls += [WarmupCall(sender, flags, _K_EVEN, top_k) for top_k in (1, _TOP_K, *_REDUCE_TOP_KS)]
+            continue
         if v.family != "matmul":
             continue
         flag_sets = reachable_flags(v, n_sms, tma)
