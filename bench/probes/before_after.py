@@ -14,7 +14,9 @@ alternating libraries over several rounds. Writes DIR/before_after.csv and DIR/b
 
 Its ratios carry a bias: the library whose cases are built first (this tree) timed 2.4-4.9% slower on the
 prefill and mxfp4 cases in an A/A control (``--this-name ogsgen_base`` against a second staged copy of the same
-tree, bench/results/2026-12-03-probes). Compare a change's ratios with such a control run in the same session.
+tree, bench/results/2026-12-03-probes), and about 3% with the roles swapped (2026-12-03i-decode). ``--both-orders``
+times each case twice, once built in each order, and reports the geometric mean of the two ratios, in which the
+bias cancels (the time doubles); else compare a change's ratios with such a control run in the same session.
 """
 from __future__ import annotations
 
@@ -48,6 +50,9 @@ def main():
     parser.add_argument("--formats", nargs="+", default=["bf16", "mxfp4"], help="bench_moe's weight formats")
     parser.add_argument("--host-rounds", type=int, default=5)
     parser.add_argument("--only", nargs="+", help="the cases whose label contains one of these strings")
+    parser.add_argument("--both-orders", action="store_true",
+                        help="time each case built in both orders (this tree first, then the base first) and report "
+                             "the geometric mean of the two ratios, which cancels the build-order bias")
     args = parser.parse_args()
     base = importlib.import_module(args.base_name)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -60,21 +65,28 @@ def main():
         cases = [(label, make) for label, make in cases if any(part in label for part in args.only)]
     rows = []
     for label, make in cases:
-        fns = [ogsgen_call(make(lib)) for lib in libraries.values()]
-        outputs = [fn() for fn in fns]
-        equal = torch.equal(outputs[0], outputs[1])
-        del outputs
-        # Each library first in half of the rounds: at the GPU's power limit the first of a round can run at
-        # other clocks than the second.
-        forward, backward = graph_medians(fns), graph_medians(fns[::-1])[::-1]
-        times = [(a + b) / 2 for a, b in zip(forward, backward)]
+        orders = [list(libraries.values())] + ([list(libraries.values())[::-1]] if args.both_orders else [])
+        timed, equal = [], True
+        for order in orders:
+            built = [ogsgen_call(make(lib)) for lib in order]  # cases built in this order
+            fns = built if order[0] is libraries["this tree"] else built[::-1]  # (this tree, base)
+            outputs = [fn() for fn in fns]
+            equal = equal and torch.equal(outputs[0], outputs[1])
+            del outputs, built
+            # Each library first in half of the rounds: at the GPU's power limit the first of a round can run at
+            # other clocks than the second.
+            forward, backward = graph_medians(fns), graph_medians(fns[::-1])[::-1]
+            timed.append([(a + b) / 2 for a, b in zip(forward, backward)])
+            del fns
+        times = [statistics.geometric_mean(t[i] for t in timed) for i in range(2)]
         row = dict(case=label, this_us=f"{times[0] * 1e3:.2f}", base_us=f"{times[1] * 1e3:.2f}",
                    ratio=f"{times[0] / times[1]:.4f}", bitwise_equal=equal)
+        if args.both_orders:
+            row["ratios_by_order"] = " ".join(f"{t[0] / t[1]:.4f}" for t in timed)
         rows.append(row)
         print(f"{label:36s} this {row['this_us']:>10s} us  base {row['base_us']:>10s} us  ratio {row['ratio']}  "
               f"equal {equal}", flush=True)
         write_csv(rows, args.out / "before_after.csv")  # what is measured so far survives a later failure
-        del fns
         gc.collect()  # a case's closures and generator frames hold its tensors in reference cycles
         torch.cuda.empty_cache()
     host = {lib: [] for lib in libraries}
