@@ -19,6 +19,7 @@ import torch
 
 from ..moe.metadata import BLOCK_SIZES
 from ..runtime.opt_flags import current_constraints
+from ..spec.catalog import PREACT_ACTIVATIONS
 from ..spec.functions import registered
 from ..types import INNER_BLOCK_K
 
@@ -26,14 +27,12 @@ from ..types import INNER_BLOCK_K
 # ogsgen::matmul_ogs's differentiable inputs, by position
 X, W, BIAS, BETAS, GAMMAS, Y_ACC_IN = 0, 1, 2, 11, 12, 13
 N_INPUTS = 22
-# Activations whose forward stores its pre-activation under autograd: the default catalog builds their preact
-# variants. (A user's activation is recomputed in the backward: its catalog has no such variants.)
-_PREACT_SHIPPED = ("swiglu",)
 
 
 def saves_preact(activation, scatter: bool) -> bool:
     """Whether a differentiated call with this activation (a registered FnSpecs, or None) stores its rows before it."""
-    return (activation is not None and not scatter and activation.name in _PREACT_SHIPPED
+    # (the default catalog builds those activations' preact variants; a user's activation is recomputed)
+    return (activation is not None and not scatter and activation.name in PREACT_ACTIVATIONS
             and registered("activation", activation.name) is activation)
 
 

@@ -24,7 +24,7 @@ import importlib.util
 import itertools
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import CatalogError, OgsgenError, SpecTypeError
@@ -33,6 +33,9 @@ from .formats import BF16, FP8_E4M3, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP8_E4M3
 from .variant import FEATURES, KernelVariant, canonical_name, companions
 
 DEFAULT_CATALOG_NAME = "ogsgen:default"
+# Activations whose default-catalog variants have training twins (preact: the forward also stores the rows before
+# the activation, where the backward takes its gradient); ogsgen.ops.gradients saves them for these only.
+PREACT_ACTIVATIONS = ("swiglu",)
 USER_CATALOG_PACKAGE = "ogsgen.user_catalogs"  # a catalog file imports as <this>.<file stem>; only a name prefix
 
 
@@ -101,14 +104,6 @@ def default_catalog() -> Catalog:
         # call is the plain ragged matmul and a top-k reduce that sends (the only kernel of its own)
         *[KernelVariant(fmt, fmt, fmt, family="reduce", scatter=True, gammas=gammas, fused_comm=True)
           for (fmt, _, _), gammas in itertools.product(moe_formats, (False, True))],
-        # Training: the forward of a fused SwiGLU under autograd also stores the rows before it (preact), at which
-        # the backward takes SwiGLU's gradient instead of recomputing them.
-        *variant_product(dense_formats, activations=(swiglu,), bias=(False, True), gammas=(False, True),
-                         preact=(True,)),
-        *variant_product(moe_formats, activations=(swiglu,), ragged=(True,), gather=(True,), bias=(False, True),
-                         preact=(True,)),
-        *variant_product(moe_formats, activations=(swiglu,), ragged=(True,), bias=(False, True),
-                         gammas=(False, True), preact=(True,)),
         # Ragged K, the expert weights' gradient in training (dW[e] = X[seg e]^T @ dY[seg e]): X sorted, or the first
         # MoE matmul's tokens read through its gather; fp32 gradients accumulated in place with y_acc_in.
         *variant_product([*moe_formats, (BF16, BF16, FP32), (FP16, FP16, FP32), (FP32, FP32, FP32)], inner=(True,),
@@ -128,6 +123,11 @@ def default_catalog() -> Catalog:
                           (BF16, FP8_E4M3, BF16),
                           (FP8_E4M3, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, FP8_E4M3)], bias=(False, True)),
     ]
+    # Training: each differentiable variant of those activations (plain operands, rows not scattered nor sent) has a
+    # twin whose forward also stores the rows before the activation, for the backward.
+    variants += [replace(v, preact=True) for v in variants
+                 if v.activation is not None and v.activation.name in PREACT_ACTIVATIONS and v.x == v.w
+                 and v.x.scaling == "none" and v.y.scaling == "none" and not v.scatter and not v.fused_comm]
     return Catalog(DEFAULT_CATALOG_NAME, _expand(variants, DEFAULT_CATALOG_NAME))
 
 
