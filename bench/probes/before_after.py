@@ -78,6 +78,8 @@ def main():
             forward, backward = graph_medians(fns), graph_medians(fns[::-1])[::-1]
             timed.append([(a + b) / 2 for a, b in zip(forward, backward)])
             del fns
+            gc.collect()  # a case's closures and generator frames hold its tensors in reference cycles; the
+            torch.cuda.empty_cache()  # second order's build needs the memory (DeepSeek-V3 T=8192: 15 GB of W each)
         times = [statistics.geometric_mean(t[i] for t in timed) for i in range(2)]
         row = dict(case=label, this_us=f"{times[0] * 1e3:.2f}", base_us=f"{times[1] * 1e3:.2f}",
                    ratio=f"{times[0] / times[1]:.4f}", bitwise_equal=equal)
@@ -87,8 +89,6 @@ def main():
         print(f"{label:36s} this {row['this_us']:>10s} us  base {row['base_us']:>10s} us  ratio {row['ratio']}  "
               f"equal {equal}", flush=True)
         write_csv(rows, args.out / "before_after.csv")  # what is measured so far survives a later failure
-        gc.collect()  # a case's closures and generator frames hold its tensors in reference cycles
-        torch.cuda.empty_cache()
     host = {lib: [] for lib in libraries}
     host_y = {lib: [] for lib in libraries}
     calls = {lib: ogsgen_call(moe_cases("gpt-oss w1", 1, "bf16", None, lib=module)) for lib, module in libraries.items()}
