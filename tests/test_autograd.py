@@ -206,9 +206,47 @@ def test_swiglu_forward_keeps_its_rows_before_the_activation_for_the_backward(de
     routed = int(meta.slice_offs[n_expts])
     torch.testing.assert_close(preact[:routed].float(), expected[:routed], atol=3e-2, rtol=1e-2)
     launched.clear()
+    from ogsgen.ops import gradients
+    monkeypatch.setattr(gradients, "_dz_by_torch", lambda *args: pytest.fail("SwiGLU's gradient taken by torch ops"))
     y.float().square().sum().backward()
     recomputed = [v for v in launched if v.ragged and v.gather and not v.inner]
     assert not recomputed and w.grad is not None
+
+
+@pytest.mark.parametrize("scatter", [False, True])
+@pytest.mark.parametrize("with_gammas", [False, True])
+def test_fused_activation_backward_against_torch_autograd(scatter, with_gammas, device):
+    """The backward's fused kernel (SwiGLU's registered backward) against torch autograd of SwiGLU's torch
+    reference: rows past the routed count and a scatter's dropped gates get zeros; values past the clamp limit on
+    both sides pass no gradient."""
+    from ogsgen.ops.activation_backward import activation_backward
+    from ogsgen.spec.builtins import swiglu_torch
+    n_rows, n, k_act, routed, alpha, limit = 21, 40, 2, 17, 1.702, 3.0
+    z = (torch.randn(n_rows, n, device=device) * 3).bfloat16()  # |z| > limit in about a third of the entries
+    dst = torch.randperm(n_rows, device=device).int() if scatter else None
+    if scatter:
+        dst[3] = -1  # a dropped gate
+    dy = torch.randn(n_rows // k_act + 1 if scatter else n_rows, n // 2, device=device).bfloat16()
+    gammas = torch.rand(n_rows, device=device) if with_gammas else None
+    dz, d_gammas = activation_backward(ogsgen.swiglu, (alpha, limit), z, dy, dst, k_act, gammas,
+                                       torch.tensor([routed], dtype=torch.int32, device=device), 0.5, with_gammas,
+                                       torch.bfloat16)
+    live = torch.arange(n_rows, device=device) < routed
+    g = dy.float()[(dst.long() // k_act).clamp_min(0)] if scatter else dy.float()
+    if scatter:
+        live &= dst >= 0
+    g = torch.where(live[:, None], g, 0.0)
+    z_leaf = z.float().requires_grad_()
+    act = swiglu_torch(z_leaf, alpha, limit)
+    expected = torch.autograd.grad(act, z_leaf, g * (gammas[:, None] if with_gammas else 1))[0] * 0.5
+    assert dz.dtype == torch.bfloat16 and dz.shape == z.shape
+    torch.testing.assert_close(dz.float(), expected, atol=2e-2, rtol=1e-2)
+    assert torch.count_nonzero(dz[~live]) == 0
+    assert (z.float()[:, 0::2] > limit).any() and (z.float()[:, 1::2].abs() > limit).any()  # the clamps are taken
+    if with_gammas:
+        torch.testing.assert_close(d_gammas, (g * act.detach()).sum(-1), atol=1e-3, rtol=1e-3)
+    else:
+        assert d_gammas is None
 
 
 def test_preact_refuses_what_it_cannot_keep(device):

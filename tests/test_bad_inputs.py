@@ -640,6 +640,17 @@ FUNCTIONS = [
                                                                                          arg_names=("c",)),
         r"activation '_bad_inputs_add_const': the function's parameters \(tile, offs_m, offs_n, mask, c\)",
         r"def _bad_inputs_add_const\(tile, c\)"),
+    bad("register-backward-not-jit", lambda c: ogsgen.register_activation(
+        _bad_inputs_scale, arg_names=("alpha",), backward=torch.mul),
+        r"FnSpecs '_bad_inputs_scale': backward must be a @triton\.jit function backward\(tile, grad, alpha\) or "
+        r"None, got builtin_function_or_method"),
+    bad("register-backward-signature", lambda c: ogsgen.register_activation(
+        _bad_inputs_scale, arg_names=("alpha",), backward=_bad_inputs_scale),
+        r"activation '_bad_inputs_scale': its backward's parameters \(tile, alpha\) do not match; declare it as "
+        r"def _bad_inputs_scale\(tile, grad, alpha\)"),
+    bad("FnSpecs-backward-of-an-epilogue", lambda c: ogsgen.FnSpecs(
+        "_bad_inputs_add_const", _bad_inputs_add_const, ("c",), backward=_bad_inputs_scale).check_signature("epilogue"),
+        r"epilogue '_bad_inputs_add_const': only an activation takes a backward function"),
     bad("register-name=int", lambda c: ogsgen.register_activation(_bad_inputs_scale, name=5, arg_names=("alpha",)),
         r"name must be a valid Python identifier .*got 5"),
     bad("FnSpecs-fn=None", lambda c: ogsgen.FnSpecs("bad_inputs_relu", None),

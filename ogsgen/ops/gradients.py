@@ -10,8 +10,9 @@ with x_p gathered from x's token rows (gather) and y_p summed into its token's r
     d bias[e] = sum over e's rows of betas_p dz_p
 z is what the forward stored (``save_preact``: built-in activations, whose preact variants the default catalog has;
 in the output dtype, as torch's autograd of a linear layer keeps it), else recomputed by the same matmul without
-its activation and gammas (fp32 output), where act' or d gammas need it. act' is torch's autograd of the
-activation's torch reference. No loop over experts; nothing synchronizes.
+its activation and gammas (fp32 output), where act' or d gammas need it. dz and d gammas come from one fused
+kernel with the activation's backward function (ogsgen.ops.activation_backward), or, for an activation registered
+without one, from torch's autograd of its reference. No loop over experts; nothing synchronizes.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..runtime.opt_flags import current_constraints
 from ..spec.catalog import PREACT_ACTIVATIONS
 from ..spec.functions import registered
 from ..types import INNER_BLOCK_K
+from .activation_backward import activation_backward
 
 
 # ogsgen::matmul_ogs's differentiable inputs, by position
@@ -58,36 +60,20 @@ def matmul_ogs_backward(ctx, dy, _d_preact):
         return torch.ops.ogsgen.matmul_ogs(*args, allow_tf32, False)[0]
     routing = (hist, slice_offs, block_offs, schedule)
     ragged = hist is not None
-    n_rows = scatter_dst.shape[0] if scatter_dst is not None else dy.shape[-2]
-    # Rows of a ragged call past the routed ones (dropped gates) hold nothing: their gradients are zero.
-    routed = (torch.arange(n_rows, dtype=torch.int32, device=dy.device) < slice_offs[n_expts_tot])[:, None] \
-        if ragged else None
-
-    def only_routed(t):
-        return t if routed is None else torch.where(routed, t, 0.0)
-
-    if scatter_dst is not None:  # each row's token row of dy
-        dg = only_routed(dy.index_select(0, (scatter_dst.long() // k).clamp_min(0)).float())
-    else:
-        dg = only_routed(dy.float())
-    d_gammas = None
+    routed_rows = slice_offs[n_expts_tot:] if ragged else None  # rows past it (dropped gates): zero gradients
     spec = registered("activation", activation) if activation is not None else None
-    if spec is not None or (gammas is not None and need[GAMMAS]):
-        z = preact.float() if preact is not None else matmul(
+    want_d_gammas = gammas is not None and need[GAMMAS]
+    z = None
+    if spec is not None or want_d_gammas:
+        z = preact if preact is not None else matmul(
             x, w, bias, *routing, gather_src, gather_dst, None, None, betas, None, None, n_expts_tot, k, alpha, None, [],
             torch.float32)
-        with torch.enable_grad():
-            z_leaf = z.detach().requires_grad_(spec is not None)
-            act = spec.reference(z_leaf, *activation_args) if spec is not None else z_leaf
-        if gammas is not None and need[GAMMAS]:
-            d_gammas = only_routed((dg * act.detach()).sum(-1, keepdim=True))[:, 0]
-        da = dg * gammas[:, None] if gammas is not None else dg
-        dz = torch.autograd.grad(act, z_leaf, da)[0] if spec is not None else da
+    if spec is not None and spec.backward is not None:
+        dz, d_gammas = activation_backward(spec, activation_args, z, dy, scatter_dst, k, gammas, routed_rows, alpha,
+                                           want_d_gammas, x.dtype)
     else:
-        dz = dg * gammas[:, None] if gammas is not None else dg
-    if alpha is not None:
-        dz = dz * alpha
-    dz = only_routed(dz)
+        dz, d_gammas = _dz_by_torch(spec, activation_args, z, dy, scatter_dst, k, gammas, routed_rows, alpha,
+                                    want_d_gammas)
     operand = dz.to(x.dtype)
     grads = [None] * N_INPUTS
     if need[X]:
@@ -98,8 +84,8 @@ def matmul_ogs_backward(ctx, dy, _d_preact):
             dx = matmul(operand, w.mT, None, *routing, None, None, gather_dst, gather_src, None, None, None,
                         n_expts_tot, k, None, None, [], x.dtype)
         else:
-            dx = only_routed(matmul(operand, w.mT, None, *routing, None, None, None, None, None, None, None,
-                                    n_expts_tot, k, None, None, [], x.dtype))
+            dx = _only_routed(matmul(operand, w.mT, None, *routing, None, None, None, None, None, None, None,
+                                     n_expts_tot, k, None, None, [], x.dtype), routed_rows)
         grads[X] = dx
     if need[W]:
         if ragged:
@@ -114,6 +100,41 @@ def matmul_ogs_backward(ctx, dy, _d_preact):
     if need[Y_ACC_IN]:
         grads[Y_ACC_IN] = dy
     return tuple(grads)
+
+
+def _dz_by_torch(spec, activation_args, z, dy, scatter_dst, k, gammas, routed_rows, alpha, want_d_gammas):
+    """activation_backward's (dz in fp32, d gammas) by torch ops: for an activation without a backward function
+    (torch's autograd of its reference), or none."""
+    def only_routed(t):
+        return _only_routed(t, routed_rows)
+
+    if scatter_dst is not None:  # each row's token row of dy
+        dg = only_routed(dy.index_select(0, (scatter_dst.long() // k).clamp_min(0)).float())
+    else:
+        dg = only_routed(dy.float())
+    d_gammas = None
+    if z is not None:
+        with torch.enable_grad():
+            z_leaf = z.float().detach().requires_grad_(spec is not None)
+            act = spec.reference(z_leaf, *activation_args) if spec is not None else z_leaf
+        if want_d_gammas:
+            d_gammas = only_routed((dg * act.detach()).sum(-1, keepdim=True))[:, 0]
+        da = dg * gammas[:, None] if gammas is not None else dg
+        dz = torch.autograd.grad(act, z_leaf, da)[0] if spec is not None else da
+    else:
+        dz = dg * gammas[:, None] if gammas is not None else dg
+    if alpha is not None:
+        dz = dz * alpha
+    return only_routed(dz), d_gammas
+
+
+def _only_routed(rows, routed_rows):
+    """``rows`` (n_rows, ...) with those at or past ``routed_rows`` (a one-element tensor, or None: all routed)
+    zeroed."""
+    if routed_rows is None:
+        return rows
+    routed = torch.arange(rows.shape[0], dtype=torch.int32, device=rows.device) < routed_rows
+    return torch.where(routed.reshape(-1, *[1] * (rows.ndim - 1)), rows, 0.0)
 
 
 def _inner_block_k() -> int:

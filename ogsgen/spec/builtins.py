@@ -14,7 +14,22 @@ def swiglu_torch(tile: torch.Tensor, alpha: float, limit: float) -> torch.Tensor
     return gate * torch.sigmoid(alpha * gate) * (linear + 1)
 
 
-@register_activation(arg_names=("alpha", "limit"), reduction_n=2, reference=swiglu_torch)
+@triton.jit
+def swiglu_backward(tile, grad, alpha, limit):
+    # d/d gate of gate * sigmoid(alpha * gate) * (linear + 1), and d/d linear; zero where a clamp holds the value
+    # (past limit), as torch's clamp passes no gradient there.
+    gate, linear = tl.split(tl.reshape(tile, (tile.shape[0], tile.shape[1] // 2, 2)))
+    gate_c = tl.minimum(gate, limit)
+    linear_c = tl.minimum(tl.maximum(linear, -limit), limit)
+    sig = 1.0 / (1.0 + tl.exp(-alpha * gate_c))
+    d_gate = grad * (linear_c + 1.0) * sig * (1.0 + alpha * gate_c * (1.0 - sig))
+    d_linear = grad * gate_c * sig
+    d_gate = tl.where(gate > limit, 0.0, d_gate)
+    d_linear = tl.where((linear < -limit) | (linear > limit), 0.0, d_linear)
+    return tl.reshape(tl.join(d_gate, d_linear), (tile.shape[0], tile.shape[1]))
+
+
+@register_activation(arg_names=("alpha", "limit"), reduction_n=2, reference=swiglu_torch, backward=swiglu_backward)
 @triton.jit
 def swiglu(tile, alpha, limit):
     # Columns arrive interleaved (gate, linear, gate, linear, ...): fold each pair.

@@ -151,7 +151,10 @@ class FnSpecs:
 
     Two specs are equal when their names, argument lists, ``reduction_n`` and source hashes are
     equal; the function object itself does not take part. ``reference`` is an optional torch
-    function with the same arguments, used by :func:`ogsgen.matmul_ogs_torch`.
+    function with the same arguments, used by :func:`ogsgen.matmul_ogs_torch`. ``backward`` (activations
+    only, optional) is a ``@triton.jit`` function ``backward(tile, grad, *fn_arg_names)`` returning the gradient
+    with respect to the fp32 tile before the activation, given the gradient ``grad`` of its result; the backward
+    of a differentiated call runs it in one fused kernel (without it, torch's autograd of ``reference``).
     """
 
     name: str
@@ -160,6 +163,7 @@ class FnSpecs:
     fn_arg_do_not_specialize: tuple = ()
     reduction_n: int = 1
     reference: Callable | None = field(default=None, compare=False, repr=False)
+    backward: object = field(default=None, compare=False, repr=False)
     source_hash: str = field(init=False, default="")
 
     def __post_init__(self):
@@ -176,6 +180,10 @@ class FnSpecs:
         check_identifier(self.name, "FnSpecs name")
         if not _is_jit_function(self.fn):
             raise SpecError(f"FnSpecs {self.name!r}: fn must be a @triton.jit function, got {type(self.fn).__name__}")
+        if self.backward is not None and not _is_jit_function(self.backward):
+            raise SpecError(f"FnSpecs {self.name!r}: backward must be a @triton.jit function "
+                            f"backward(tile, grad, {', '.join(self.fn_arg_names)}) or None, got "
+                            f"{type(self.backward).__name__}")
         for arg in self.fn_arg_names:
             check_identifier(arg, f"FnSpecs {self.name!r}: fn_arg_names entry")
         if len(set(self.fn_arg_names)) != len(self.fn_arg_names):
@@ -210,6 +218,14 @@ class FnSpecs:
                 f"fn_arg_names {self.fn_arg_names}; {'an' if kind[0] in 'aeiou' else 'a'} {kind} function must be "
                 f"declared as "
                 f"def {self.fn.__name__}{expected}")
+        if self.backward is not None:
+            if kind != "activation":
+                raise SpecError(f"{kind} {self.name!r}: only an activation takes a backward function")
+            params = tuple(self.backward.arg_names)
+            if len(params) != 2 + len(self.fn_arg_names) or params[2:] != self.fn_arg_names:
+                raise SpecError(f"activation {self.name!r}: its backward's parameters ({', '.join(params)}) do not "
+                                f"match; declare it as def {self.backward.__name__}"
+                                f"({', '.join(('tile', 'grad') + self.fn_arg_names)})")
         return self
 
     @property
@@ -258,7 +274,7 @@ def unregister(name: str) -> None:
             del _registered[key]
 
 
-def _register(kind, fn, name, arg_names, do_not_specialize, reduction_n, reference):
+def _register(kind, fn, name, arg_names, do_not_specialize, reduction_n, reference, backward=None):
     arg_names = _names(arg_names, f"register_{kind}: arg_names")
     do_not_specialize = _names(do_not_specialize, f"register_{kind}: do_not_specialize")
     if reference is not None and not callable(reference):
@@ -267,20 +283,21 @@ def _register(kind, fn, name, arg_names, do_not_specialize, reduction_n, referen
 
     def wrap(jit_fn):
         spec = FnSpecs(name or getattr(jit_fn, "__name__", ""), jit_fn, arg_names,
-                       do_not_specialize, reduction_n, reference).check_signature(kind)
+                       do_not_specialize, reduction_n, reference, backward).check_signature(kind)
         _registered[(kind, spec.name)] = spec
         return spec
     return wrap(fn) if fn is not None else wrap
 
 
 def register_activation(fn=None, *, name=None, arg_names=(), do_not_specialize=(), reduction_n=1,
-                        reference=None):
-    """Register a ``@triton.jit`` activation ``fn(tile, *arg_names)``; returns its :class:`FnSpecs`.
+                        reference=None, backward=None):
+    """Register a ``@triton.jit`` activation ``fn(tile, *arg_names)``; returns its :class:`FnSpecs`
+    (``backward``: its gradient function, see :class:`FnSpecs`).
 
     Usable as ``register_activation(fn, ...)`` or as a decorator ``@register_activation(...)``
     placed above ``@triton.jit``.
     """
-    return _register("activation", fn, name, arg_names, do_not_specialize, reduction_n, reference)
+    return _register("activation", fn, name, arg_names, do_not_specialize, reduction_n, reference, backward)
 
 
 def register_epilogue(fn=None, *, name=None, arg_names=(), do_not_specialize=(), reference=None):
