@@ -59,6 +59,22 @@ def test_decode_tiles_of_k_contiguous_16_bit_moe_weights_take_128_deep_k_steps()
     assert (dense.block_k, dense.num_warps) == (64, 8)  # dense calls: not measured, unchanged
 
 
+def test_k_contiguous_decode_tiles_take_64_columns_where_128_leave_the_last_wave_mostly_idle():
+    # gpt-oss w1 T=1 K-contiguous (4 rows: 180 tiles of 128 columns on 132 SMs, wave fill 0.68; 360 of 64, 0.91):
+    # 16x64x128x4x4 35.1-36.1 us against 38.1-38.5 for 16x128x128x4x4, in two sweeps; at T=8 and 32 (1440 and 5760
+    # tiles) the two within 1%; gpt-oss w2 T=8 (736 tiles, fill 0.93) 114.8 against 108.9 and Qwen3-30B-A3B w1 T=1
+    # (96 tiles, one wave either way) 13.3 against 12.7 keep 128 (bench/results/2026-12-03i-decode and
+    # 2026-12-03k-train)
+    def k_major(m, n, k, n_expts):
+        return make_opt_flags(2, 1, m, n, k, 1, n_expts, 1, True, 132, x_gathered=True, w_k_major=True)
+    assert _tile(k_major(4, 5760, 2880, 128))[:5] == (16, 64, 128, 4, 4)
+    assert k_major(32, 5760, 2880, 128).block_n == 128  # gpt-oss w1 T=8
+    assert k_major(32, 2880, 2880, 128).block_n == 128  # gpt-oss w2 T=8
+    assert k_major(4, 2880, 2880, 128).block_n == 128  # gpt-oss w2 T=1
+    assert k_major(8, 1536, 2048, 128).block_n == 128  # Qwen3-30B-A3B w1 T=1
+    assert _tile(_gpt_oss_w1(2, 1))[:4] == (16, 128, 64, 8)  # N-contiguous: unchanged
+
+
 def _tile(flags):
     return flags.block_m, flags.block_n, flags.block_k, flags.num_warps, flags.num_stages, flags.wait_mma
 

@@ -169,6 +169,12 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         one_wave = n_sms is not None and row_tiles(m, block_m, n_expts) * triton.cdiv(n, block_n) <= n_sms
         if n_expts is not None and k >= 128 and (w_k_major or k % 128 == 0 or one_wave):
             block_k, num_warps = 128, 4
+        if w_k_major and n_expts is not None and n_sms is not None and block_n == 128:
+            # K-contiguous W: 64-column tiles where 128-column ones leave much of their last wave idle (gpt-oss w1
+            # T=1: 180 tiles on 132 SMs; docs/heuristics.md, "K-contiguous W")
+            tiles = row_tiles(m, block_m, n_expts)
+            if _wave_fill(tiles * triton.cdiv(n, 64), n_sms) > 1.15 * _wave_fill(tiles * triton.cdiv(n, 128), n_sms):
+                block_n = 64
     stage_bytes = (block_m + block_n) * block_k * itemsize
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
     wide_tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, 256)
