@@ -68,6 +68,10 @@ def test_custom_ops_pass_opcheck(device):
         0.5, None, [], torch.float32, False, False))
     torch.library.opcheck(torch.ops.ogsgen.matmul_ogs_inner.default, (
         x.mT, h.detach(), *routing, gi.src_indx, K_ACT, 32, torch.float32, True))
+    z = torch.randn(TOKENS * K_ACT, 2 * HIDDEN, device=device).bfloat16()
+    torch.library.opcheck(torch.ops.ogsgen.activation_backward.default, (
+        "swiglu", [1.702, 7.0], z, torch.randn(TOKENS, HIDDEN, device=device).bfloat16(), si.dst_indx, K_ACT, rd.gate_scal, meta.slice_offs[N_EXPTS:], 0.5, True,
+        torch.bfloat16))
     ids = torch.topk(torch.randn(TOKENS, N_EXPTS, device=device), K_ACT).indices.reshape(-1)
     torch.library.opcheck(torch.ops.ogsgen.routing_metadata.default, (ids, N_EXPTS, ids.numel()))
 

@@ -5,8 +5,7 @@ import triton
 import triton.language as tl
 
 import ogsgen
-from ogsgen import (Epilogue, FusedActivation, GatherIndx, PrecisionConfig, SpecError, SpecTypeError,
-                    UnsupportedError, matmul_ogs)
+from ogsgen import Epilogue, FusedActivation, GatherIndx, PrecisionConfig, SpecError, SpecTypeError, matmul_ogs
 
 
 def _xw(device, m=8, k=16, n=32, dtype=torch.float16):

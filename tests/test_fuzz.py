@@ -607,7 +607,6 @@ def tolerances(call: Call):
 
 
 def check_values(call: Call, ref: torch.Tensor, result: torch.Tensor, what: str):
-    c = call.case
     ref, got = ref[..., :call.n_routed, :], result.reshape(ref.shape)[..., :call.n_routed, :]
     if call.out_dtype in FP8.values():
         if ref.numel() == 0:

@@ -10,12 +10,16 @@ one read of z and dy and one write of dz.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
 
 from ..devices import check_kernel_device
-from ..spec.functions import FnSpecs
+from ..spec.functions import registered
+
+Tensor = torch.Tensor
 
 _BLOCK_M, _BLOCK_N, _NUM_WARPS = 8, 256, 4
 
@@ -60,25 +64,36 @@ def _activation_backward(Z, DY, DYRows, Gammas, RoutedRows, DZ, DGammas, n_rows,
         tl.store(DGammas + rows, tl.where(live, d_gammas, 0.0), mask=rows < n_rows)
 
 
-def activation_backward(activation: FnSpecs, activation_args, z: torch.Tensor, dy: torch.Tensor,
-                        dy_rows: torch.Tensor | None, n_expts_act: int, gammas: torch.Tensor | None,
-                        routed_rows: torch.Tensor | None, out_alpha: float | None, d_gammas: bool,
-                        out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(dz in ``out_dtype``, d gammas in fp32 or None) of rows ``z`` (n_rows, N) before ``activation``, whose
-    results' gradient is ``dy`` (rows (…, N / reduction_n); a scatter's rows read through ``dy_rows``, the
-    forward's scatter destinations, divided by ``n_expts_act``). ``routed_rows``: a one-element int32 tensor, the
-    count of rows that hold routed gates (the rest get zeros), or None when all do. Internal: the backward's
-    caller passes consistent tensors (contiguous rows, one device)."""
+@torch.library.custom_op("ogsgen::activation_backward", mutates_args=())
+def activation_backward(activation: str, activation_args: list[float], z: Tensor, dy: Tensor,
+                        dy_rows: Optional[Tensor], n_expts_act: int, gammas: Optional[Tensor],
+                        routed_rows: Optional[Tensor], out_alpha: Optional[float], d_gammas: bool,
+                        out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """(dz in ``out_dtype``, d gammas in fp32 where ``d_gammas``, else an empty tensor) of rows ``z`` (…, N)
+    before the registered activation named ``activation``, whose results' gradient is ``dy`` (rows of
+    N / reduction_n columns; a scatter's rows read through ``dy_rows``, the forward's scatter destinations, divided
+    by ``n_expts_act``). ``routed_rows``: a one-element int32 tensor, the count of rows that hold routed gates (the
+    rest get zeros), or None when all do. A custom op (with a fake implementation) so that AOTAutograd can trace the
+    backward that calls it. Internal: the backward passes consistent tensors (one device, unit column stride)."""
+    spec = registered("activation", activation)
     check_kernel_device(z, "z")
     z2, dy2 = z.reshape(-1, z.shape[-1]), dy.reshape(-1, dy.shape[-1])
     n_rows, n = z2.shape
     dz = torch.empty(n_rows, n, dtype=out_dtype, device=z.device)
-    out_gammas = torch.empty(n_rows, dtype=torch.float32, device=z.device) if d_gammas else None
+    out_gammas = torch.empty(n_rows if d_gammas else 0, dtype=torch.float32, device=z.device)
     if n_rows:
         grid = (triton.cdiv(n_rows, _BLOCK_M),)
         _activation_backward[grid](
-            z2, dy2, dy_rows, gammas, routed_rows, dz, out_gammas, n_rows, n, z2.stride(0), dy2.stride(0),
-            dz.stride(0), n_expts_act, 1.0 if out_alpha is None else float(out_alpha), tuple(activation_args),
-            activation.fn, activation.backward, activation.reduction_n, dy_rows is not None, gammas is not None,
-            routed_rows is not None, d_gammas, BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N, num_warps=_NUM_WARPS)
+            z2, dy2, dy_rows, gammas, routed_rows, dz, out_gammas if d_gammas else None, n_rows, n, z2.stride(0),
+            dy2.stride(0), dz.stride(0), n_expts_act, 1.0 if out_alpha is None else float(out_alpha),
+            tuple(activation_args), spec.fn, spec.backward, spec.reduction_n, dy_rows is not None,
+            gammas is not None, routed_rows is not None, d_gammas, BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N,
+            num_warps=_NUM_WARPS)
     return dz.reshape(z.shape), out_gammas
+
+
+@activation_backward.register_fake
+def _activation_backward_fake(activation, activation_args, z, dy, dy_rows, n_expts_act, gammas, routed_rows,
+                              out_alpha, d_gammas, out_dtype):
+    n_rows = z.numel() // z.shape[-1] if d_gammas else 0
+    return z.new_empty(z.shape, dtype=out_dtype), z.new_empty(n_rows, dtype=torch.float32)

@@ -69,8 +69,9 @@ def matmul_ogs_backward(ctx, dy, _d_preact):
             x, w, bias, *routing, gather_src, gather_dst, None, None, betas, None, None, n_expts_tot, k, alpha, None, [],
             torch.float32)
     if spec is not None and spec.backward is not None:
-        dz, d_gammas = activation_backward(spec, activation_args, z, dy, scatter_dst, k, gammas, routed_rows, alpha,
-                                           want_d_gammas, x.dtype)
+        dz, d_gammas = activation_backward(activation, list(activation_args), z, dy, scatter_dst, k, gammas,
+                                           routed_rows, alpha, want_d_gammas, x.dtype)  # the op ogsgen::activation_backward
+        d_gammas = d_gammas if want_d_gammas else None
     else:
         dz, d_gammas = _dz_by_torch(spec, activation_args, z, dy, scatter_dst, k, gammas, routed_rows, alpha,
                                     want_d_gammas)
