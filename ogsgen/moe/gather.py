@@ -1,5 +1,6 @@
-"""x's rows in the expert-sorted order of a routing, copied ahead of a kernel that reads rows only in place
-(the persistent TMA kernel: Hopper's TMA has no row gather)."""
+"""x's rows in the expert-sorted order of a routing (``ogsgen.moe.gather_rows``): a public utility for code that
+wants the gathered copy itself. (ogsgen's own kernels read gathered rows in place; the persistent kernel read this
+copy until 2026-12-03, docs/heuristics.md, "Gather copy".)"""
 from __future__ import annotations
 
 import torch
@@ -46,22 +47,10 @@ def gather_rows(x: torch.Tensor, gate_indx: torch.Tensor, n_expts_act: int) -> t
         raise SpecError(f"n_expts_act must be a positive int (the routing's top-k), got {n_expts_act!r}")
     check_kernel_device(x, "x")
     out = torch.empty(gate_indx.numel(), x.shape[1], device=x.device, dtype=x.dtype)
-    launch = gather_rows_launch(x, gate_indx, n_expts_act, out)
-    if launch is not None:
-        kernel, grid, args, options = launch
-        kernel[grid](**args, **options)
-    return out
-
-
-def gather_rows_launch(x: torch.Tensor, gate_indx: torch.Tensor, n_expts_act: int, out: torch.Tensor):
-    """(kernel, grid, arguments by name, launch options) of :func:`gather_rows` into ``out`` (gate_indx.numel(),
-    K), for callers that launch it themselves (matmul_ogs records it in its launch plan); None when there is
-    nothing to copy. Unchecked: the arguments must pass gather_rows' checks (matmul_ogs's own checks cover them)."""
     gate_indx = gate_indx.contiguous()  # the kernel reads it with unit stride
     n_rows, k = gate_indx.numel(), x.shape[1]
-    if not (n_rows and k):
-        return None
-    grid = (triton.cdiv(n_rows, _BLOCK_ROWS), triton.cdiv(k, _BLOCK_K))
-    args = dict(X=x, Y=out, GateIndx=gate_indx, n_rows=n_rows, K=k, stride_x_m=x.stride(0), stride_x_k=x.stride(1),
-                stride_y=out.stride(0), n_expts_act=n_expts_act, BLOCK_ROWS=_BLOCK_ROWS, BLOCK_K=_BLOCK_K)
-    return _gather_rows, grid, args, dict(num_warps=_NUM_WARPS)
+    if n_rows and k:
+        grid = (triton.cdiv(n_rows, _BLOCK_ROWS), triton.cdiv(k, _BLOCK_K))
+        _gather_rows[grid](x, out, gate_indx, n_rows, k, x.stride(0), x.stride(1), out.stride(0), n_expts_act,
+                           BLOCK_ROWS=_BLOCK_ROWS, BLOCK_K=_BLOCK_K, num_warps=_NUM_WARPS)
+    return out
