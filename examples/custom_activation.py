@@ -19,7 +19,14 @@ def relu_squared_torch(tile, scale):
     return torch.relu(tile).square() * scale
 
 
-@ogsgen.register_activation(arg_names=("scale",), reference=relu_squared_torch)
+# Its gradient, for training: the backward runs it in one fused kernel (without it, torch's autograd of the
+# reference).
+@triton.jit
+def relu_squared_backward(tile, grad, scale):
+    return 2.0 * tl.maximum(tile, 0.0) * scale * grad
+
+
+@ogsgen.register_activation(arg_names=("scale",), reference=relu_squared_torch, backward=relu_squared_backward)
 @triton.jit
 def relu_squared(tile, scale):
     positive = tl.maximum(tile, 0.0)
@@ -40,4 +47,12 @@ if __name__ == "__main__":
     ref = ogsgen.matmul_ogs_torch(x.float(), w.float(), bias, fused_activation=act,
                                   precision_config=ogsgen.PrecisionConfig(out_dtype=torch.float32))
     assert_close(ref, y.float())
-    print(f"relu_squared fused into matmul_ogs matches torch: {tuple(y.shape)} {y.dtype} on {device}")
+    # Training through it: gradients against torch autograd of the reference.
+    ours = [t.detach().clone().requires_grad_() for t in (x, w)]
+    theirs = [t.detach().float().requires_grad_() for t in (x, w)]
+    ogsgen.matmul_ogs(*ours, bias, fused_activation=act).float().sum().backward()
+    ogsgen.matmul_ogs_torch(*theirs, bias, fused_activation=act).sum().backward()
+    for a, b in zip(ours, theirs):
+        assert_close(b.grad, a.grad.float())
+    print(f"relu_squared fused into matmul_ogs matches torch: {tuple(y.shape)} {y.dtype} on {device}, "
+          f"with gradients")
