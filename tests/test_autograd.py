@@ -215,28 +215,31 @@ def test_swiglu_forward_keeps_its_rows_before_the_activation_for_the_backward(de
 
 @pytest.mark.parametrize("scatter", [False, True])
 @pytest.mark.parametrize("with_gammas", [False, True])
-def test_fused_activation_backward_against_torch_autograd(scatter, with_gammas, device):
-    """The backward's fused kernel (SwiGLU's registered backward) against torch autograd of SwiGLU's torch
-    reference: rows past the routed count and a scatter's dropped gates get zeros; values past the clamp limit on
-    both sides pass no gradient."""
+@pytest.mark.parametrize("activation", ["swiglu", None])
+def test_fused_activation_backward_against_torch_autograd(activation, scatter, with_gammas, device):
+    """The backward's fused kernel (SwiGLU's registered backward, or no activation) against torch autograd of
+    SwiGLU's torch reference (or the identity): rows past the routed count and a scatter's dropped gates get zeros;
+    values past SwiGLU's clamp limit on both sides pass no gradient."""
     from ogsgen.spec.builtins import swiglu_torch
     n_rows, n, k_act, routed, alpha, limit = 21, 40, 2, 17, 1.702, 3.0
     z = (torch.randn(n_rows, n, device=device) * 3).bfloat16()  # |z| > limit in about a third of the entries
     dst = torch.randperm(n_rows, device=device).int() if scatter else None
     if scatter:
         dst[3] = -1  # a dropped gate
-    dy = torch.randn(n_rows // k_act + 1 if scatter else n_rows, n // 2, device=device).bfloat16()
+    n_out = n // 2 if activation else n
+    dy = torch.randn(n_rows // k_act + 1 if scatter else n_rows, n_out, device=device).bfloat16()
     gammas = torch.rand(n_rows, device=device) if with_gammas else None
-    dz, d_gammas = torch.ops.ogsgen.activation_backward("swiglu", [alpha, limit], z, dy, dst, k_act, gammas,
-                                                        torch.tensor([routed], dtype=torch.int32, device=device), 0.5,
-                                                        with_gammas, torch.bfloat16)
+    args = [alpha, limit] if activation else []
+    dz, d_gammas = torch.ops.ogsgen.activation_backward(
+        activation, args, z if activation or with_gammas else None, dy, dst, k_act, gammas,
+        torch.tensor([routed], dtype=torch.int32, device=device), 0.5, with_gammas, torch.bfloat16)
     live = torch.arange(n_rows, device=device) < routed
     g = dy.float()[(dst.long() // k_act).clamp_min(0)] if scatter else dy.float()
     if scatter:
         live &= dst >= 0
     g = torch.where(live[:, None], g, 0.0)
     z_leaf = z.float().requires_grad_()
-    act = swiglu_torch(z_leaf, alpha, limit)
+    act = swiglu_torch(z_leaf, alpha, limit) if activation else z_leaf * 1
     expected = torch.autograd.grad(act, z_leaf, g * (gammas[:, None] if with_gammas else 1))[0] * 0.5
     assert dz.dtype == torch.bfloat16 and dz.shape == z.shape
     torch.testing.assert_close(dz.float(), expected, atol=2e-2, rtol=1e-2)

@@ -68,7 +68,10 @@ def matmul_ogs_backward(ctx, dy, _d_preact):
         z = preact if preact is not None else matmul(
             x, w, bias, *routing, gather_src, gather_dst, None, None, betas, None, None, n_expts_tot, k, alpha, None, [],
             torch.float32)
-    if spec is not None and spec.backward is not None:
+    if spec is None and gammas is None and alpha is None and scatter_dst is None and not ragged \
+            and dy.dtype == x.dtype:
+        dz, d_gammas = dy, None  # a plain matmul's: dy itself
+    elif spec is None or spec.backward is not None:
         dz, d_gammas = activation_backward(activation, list(activation_args), z, dy, scatter_dst, k, gammas,
                                            routed_rows, alpha, want_d_gammas, x.dtype)  # the op ogsgen::activation_backward
         d_gammas = d_gammas if want_d_gammas else None
@@ -104,8 +107,8 @@ def matmul_ogs_backward(ctx, dy, _d_preact):
 
 
 def _dz_by_torch(spec, activation_args, z, dy, scatter_dst, k, gammas, routed_rows, alpha, want_d_gammas):
-    """activation_backward's (dz in fp32, d gammas) by torch ops: for an activation without a backward function
-    (torch's autograd of its reference), or none."""
+    """activation_backward's (dz in fp32, d gammas) by torch ops, for an activation registered without a backward
+    function: torch's autograd of its reference."""
     def only_routed(t):
         return _only_routed(t, routed_rows)
 
@@ -113,17 +116,11 @@ def _dz_by_torch(spec, activation_args, z, dy, scatter_dst, k, gammas, routed_ro
         dg = only_routed(dy.index_select(0, (scatter_dst.long() // k).clamp_min(0)).float())
     else:
         dg = only_routed(dy.float())
-    d_gammas = None
-    if z is not None:
-        with torch.enable_grad():
-            z_leaf = z.float().detach().requires_grad_(spec is not None)
-            act = spec.reference(z_leaf, *activation_args) if spec is not None else z_leaf
-        if want_d_gammas:
-            d_gammas = only_routed((dg * act.detach()).sum(-1, keepdim=True))[:, 0]
-        da = dg * gammas[:, None] if gammas is not None else dg
-        dz = torch.autograd.grad(act, z_leaf, da)[0] if spec is not None else da
-    else:
-        dz = dg * gammas[:, None] if gammas is not None else dg
+    with torch.enable_grad():
+        z_leaf = z.float().detach().requires_grad_()
+        act = spec.reference(z_leaf, *activation_args)
+    d_gammas = only_routed((dg * act.detach()).sum(-1, keepdim=True))[:, 0] if want_d_gammas else None
+    dz = torch.autograd.grad(act, z_leaf, dg * gammas[:, None] if gammas is not None else dg)[0]
     if alpha is not None:
         dz = dz * alpha
     return only_routed(dz), d_gammas
