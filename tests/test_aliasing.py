@@ -116,3 +116,18 @@ def test_replay_guard_agrees_with_the_checked_path():
                         admitted = False
                     if memory.same_elements(*recorded[:2]) or not memory.same_elements(*tensors[:2]):
                         assert guard(tensors) == admitted, (y_offset, acc_offset)
+
+
+def test_replayed_plan_refuses_a_preact_overlapping_an_input(device):
+    # preact (the rows before the activation, written for the backward) is an output like y: a replayed plan must
+    # refuse one that overlaps x, even when the call passes no y.
+    from ogsgen import FusedActivation, swiglu
+    from ogsgen.runtime.matmul import launch
+    x, w = _square(device)
+    act = FusedActivation(swiglu, (1.702, 7.0))
+    launch(x, w, None, fused_activation=act, preact=torch.empty_like(x))
+    assert plans._plans, "the call should have recorded a plan"
+    before = x.clone()
+    with pytest.raises(SpecError, match="preact overlaps x in memory"):
+        launch(x, w, None, fused_activation=act, preact=x)
+    assert torch.equal(x, before)

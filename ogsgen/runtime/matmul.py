@@ -181,8 +181,9 @@ def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, p
         y_out = _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas,
                                     out_alpha, y, fused_comm, act, epi, y_acc_in, inner_routing_data, preact)
     if tensors is not None:
-        guard = memory.DisjointGuard(tensors, _WRITTEN, _SAME_ALLOWED) if y is not None or \
-            pc.out_scale is not None or pc.flex_ctx.out_data.actual_scale is not None else None
+        # (a guard where the caller passed a tensor the kernels write: y, the output scales, preact)
+        guard = memory.DisjointGuard(tensors, _WRITTEN, _SAME_ALLOWED) \
+            if any(tensors[i] is not None for i in _WRITTEN) else None
         if (plan := plans.build(rec, tensors, y_out, guard)) is not None:
             plans.store(signature, plan)
     return y_out
