@@ -7,7 +7,8 @@ import importlib
 
 from ._version import __version__
 from .errors import (BuildFolderError, CatalogError, InapplicableConstraint, InapplicableConstraintError, OgsgenError,
-                     SpecError, SpecTypeError, StaleKernelError, UnsupportedError, VariantNotBuiltError)
+                     PerformanceWarning, SpecError, SpecTypeError, StaleKernelError, UnsupportedError,
+                     VariantNotBuiltError)
 
 _LAZY = {
     ".spec": ("FnSpecs", "KernelVariant", "canonical_name", "register_activation", "register_epilogue", "unregister"),
@@ -24,7 +25,7 @@ _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "__version__", "BuildFolderError", "CatalogError", "InapplicableConstraint", "InapplicableConstraintError",
-    "OgsgenError", "SpecError", "SpecTypeError", "StaleKernelError", "UnsupportedError", "VariantNotBuiltError",
+    "OgsgenError", "PerformanceWarning", "SpecError", "SpecTypeError", "StaleKernelError", "UnsupportedError", "VariantNotBuiltError",
     *_MODULE_OF,
 ]
 

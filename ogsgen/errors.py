@@ -38,6 +38,11 @@ class InapplicableConstraintError(OgsgenError, ValueError):
     """An opt-flags constraint cannot be honoured for this call."""
 
 
+class PerformanceWarning(UserWarning):
+    """A call runs correctly but slower than it could, and the message says what to change (silence it with
+    ``warnings.filterwarnings("ignore", category=ogsgen.PerformanceWarning)``)."""
+
+
 InapplicableConstraint = InapplicableConstraintError  # triton_kernels' name, which callers of the mirrored API catch
 
 

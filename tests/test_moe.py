@@ -454,3 +454,26 @@ def test_default_catalog_has_the_moe_models_variants():
                  "ogs_matmul_xbf16_wbf16_yfp32_ragged_gather_bias",              # split-K partials of w1
                  "ogs_reduce_xfp32_ybf16_act_swiglu"]:                           # and their reduce
         assert name in DEFAULT, name
+
+
+def test_k_contiguous_weights_warn_once_at_prefill_sizes(device, monkeypatch):
+    """A 16-bit MoE w stored K-contiguous ((E, N, K) viewed as w.mT) costs prefill-sized calls speed: one warning
+    per process names the fix; N-contiguous weights and decode-sized calls get none."""
+    import warnings
+    from ogsgen.runtime import matmul
+    monkeypatch.setattr(matmul, "_warned_k_contiguous", False)
+    n_expts, width = 4, 16
+    w = torch.randn(n_expts, width, width, device=device).bfloat16()
+    w_k_major = w.mT.contiguous().mT
+    for tokens, weight, warns in ((8, w_k_major, False), (4096, w, False), (4096, w_k_major, True),
+                                  (4096, w_k_major, False)):
+        rd, gi, _ = routing(torch.randn(tokens, n_expts, device=device), 2)
+        x = torch.randn(tokens, width, device=device).bfloat16()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ogsgen.matmul_ogs(x, weight, None, rd, gather_indx=gi)
+        warned = [c for c in caught if issubclass(c.category, ogsgen.PerformanceWarning)]
+        assert len(warned) == warns, (tokens, weight.stride(), [str(c.message) for c in caught])
+        if warns:
+            message = str(warned[0].message)
+            assert "w is K-contiguous" in message and "prepare_expert_weights" in message

@@ -10,7 +10,7 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 from ..devices import target
-from ..errors import SpecError, SpecTypeError, UnsupportedError, VariantNotBuiltError
+from ..errors import PerformanceWarning, SpecError, SpecTypeError, UnsupportedError, VariantNotBuiltError
 from ..moe import checks as routing_checks
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics import interpreter
@@ -215,6 +215,24 @@ _WRITTEN = (5, 8, 13, 15)
 _SAME_ALLOWED = ((5, 6),)
 
 
+# MoE calls of this many rows and more (prefill) ran 3-7% slower with K-contiguous W than with N-contiguous W in the
+# bench (docs/performance.md, "Weight layouts"); decode rows ran as fast.
+_K_CONTIGUOUS_WARN_ROWS = 8192
+_warned_k_contiguous = False
+
+
+def _warn_k_contiguous_once(w):
+    global _warned_k_contiguous
+    if _warned_k_contiguous:
+        return
+    _warned_k_contiguous = True
+    warnings.warn(f"ogsgen: w is K-contiguous (strides {tuple(w.stride())}: an (E, N, K) tensor viewed as (E, K, N), "
+                  f"as nn.Linear and vLLM store expert weights); prefill-sized MoE calls run 3-7% slower than with "
+                  f"N-contiguous w (docs/performance.md, 'Weight layouts'). Lay the weights out once at load time: "
+                  f"ogsgen.prepare_expert_weights(weight, layout='out_in'), or w.contiguous() of the (E, K, N) "
+                  f"view. (Warned once per process.)", PerformanceWarning, stacklevel=5)
+
+
 def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
                     epi, y_acc_in, preact) -> tuple[list, tuple]:
     """(the call's tensors in a fixed order, its signature): everything the checked path reads. Non-tensor
@@ -387,6 +405,8 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
     scales_n_contiguous = w_fmt.scaling == "block_e8m0" and pc.weight_scale.stride(-1) == 1
     w_k_major = w_fmt.scaling == "none" and w.stride(-1) != 1
+    if w_k_major and ragged and m >= _K_CONTIGUOUS_WARN_ROWS:
+        _warn_k_contiguous_once(w)
     flags = make_opt_flags(*flag_args, persistent_blocker(variant, x), scales_n_contiguous, gather_indx is not None,
                            topk, w_k_major)
     matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
