@@ -51,6 +51,17 @@ def test_batched(bias_shape, device):
     _check_gradients(lambda mm, x, w, b: mm(x, w, b, precision_config=FP32), (x, w, bias), atol=1e-4)
 
 
+@pytest.mark.parametrize("activation", [None, SWIGLU])
+def test_batched_gammas_are_shared_by_the_batch_entries(activation, device):
+    """gammas of a batched call hold one value per row of a batch entry: each entry's row m reads gammas[m], and
+    d gammas[m] sums the entries' rows m (found by tests/test_fuzz_grad.py: the fused backward read past gammas and
+    returned one gradient per row of every entry)."""
+    x, w = torch.randn(3, 5, 16, device=device), torch.randn(3, 16, 8, device=device)
+    gammas = torch.rand(5, device=device) + 0.5
+    _check_gradients(lambda mm, x, w, g: mm(x, w, None, gammas=g, out_alpha=0.5, fused_activation=activation,
+                                            precision_config=FP32), (x, w, gammas), atol=1e-4)
+
+
 @pytest.mark.parametrize("k_act", [1, 2, 4])
 def test_moe_gather_with_swiglu(k_act, device):
     """The first MoE matmul: tokens gathered to their experts, bias per expert, fused SwiGLU."""

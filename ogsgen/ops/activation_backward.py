@@ -5,7 +5,8 @@ Per matmul row p with z_p the rows before the activation (stored by the forward,
     dz_p = out_alpha * backward(z_p, gammas_p g_p)
 where ``backward`` is the activation's registered gradient function (FnSpecs.backward); without an activation
 act is the identity (dz_p = out_alpha gammas_p g_p, and z is read only for d gammas). Rows at or past the routed
-count (a ragged call's dropped gates) get dz = 0 and d gammas = 0. As torch ops the same is several passes over
+count (a ragged call's dropped gates) get dz = 0 and d gammas = 0. A batched call's gammas hold one value per row
+of a batch entry, shared by the entries. As torch ops the same is several passes over
 fp32 copies of the rows (SwiGLU's: 1.6 ms of gpt-oss-120b's training step at T=2048, 2026-12-03f-train); here it
 is one read of z and dy and one write of dz.
 """
@@ -28,7 +29,7 @@ _BLOCK_M, _BLOCK_N, _NUM_WARPS = 8, 256, 4
 # The row count varies from call to call: not specialized on.
 @triton.jit(do_not_specialize=["n_rows"])
 def _activation_backward(Z, DY, DYRows, Gammas, RoutedRows, DZ, DGammas, n_rows, N, stride_z, stride_dy, stride_dz,
-                         n_expts_act, out_alpha, act_args, ACTIVATION_FN: tl.constexpr,
+                         n_expts_act, n_gammas, out_alpha, act_args, ACTIVATION_FN: tl.constexpr,
                          ACTIVATION_BACKWARD_FN: tl.constexpr, REDUCTION_N: tl.constexpr, HAS_ACTIVATION: tl.constexpr,
                          HAS_DY_ROWS: tl.constexpr, HAS_GAMMAS: tl.constexpr, HAS_ROUTED_ROWS: tl.constexpr,
                          HAS_D_GAMMAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -43,8 +44,8 @@ def _activation_backward(Z, DY, DYRows, Gammas, RoutedRows, DZ, DGammas, n_rows,
     else:
         dy_rows = rows.to(tl.int64)
     scale = tl.where(live, out_alpha, 0.0)
-    if HAS_GAMMAS:
-        gammas = tl.load(Gammas + rows, mask=live, other=0.0).to(tl.float32)
+    if HAS_GAMMAS:  # (a batched call's gammas are one per row of a batch entry, n_gammas of them)
+        gammas = tl.load(Gammas + rows % n_gammas, mask=live, other=0.0).to(tl.float32)
     d_gammas = tl.zeros((BLOCK_M,), dtype=tl.float32)
     rows_64 = rows.to(tl.int64)
     for start in range(0, N, BLOCK_N):
@@ -77,7 +78,8 @@ def activation_backward(activation: Optional[str], activation_args: list[float],
                         dy_rows: Optional[Tensor], n_expts_act: int, gammas: Optional[Tensor],
                         routed_rows: Optional[Tensor], out_alpha: Optional[float], d_gammas: bool,
                         out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """(dz in ``out_dtype``, d gammas in fp32 where ``d_gammas``, else an empty tensor) of the matmul rows before
+    """(dz in ``out_dtype``, d gammas in fp32 per row where ``d_gammas`` (a batched call's: per row of each batch
+    entry, for the caller to sum over the batch), else an empty tensor) of the matmul rows before
     the registered activation named ``activation`` (None: no activation), ``z`` (…, N) (needed for an activation
     or d gammas, else None), whose results' gradient is ``dy`` (rows of N / reduction_n columns; a scatter's rows
     read through ``dy_rows``, the forward's scatter destinations, divided by ``n_expts_act``). ``routed_rows``: a
@@ -98,10 +100,10 @@ def activation_backward(activation: Optional[str], activation_args: list[float],
         _activation_backward[grid](
             z2, dy2, dy_rows, gammas, routed_rows, dz, out_gammas if d_gammas else None, n_rows, n,
             0 if z2 is None else z2.stride(0), dy2.stride(0), dz.stride(0), n_expts_act,
-            1.0 if out_alpha is None else float(out_alpha), tuple(activation_args), spec and spec.fn,
-            spec and spec.backward, 1 if spec is None else spec.reduction_n, spec is not None, dy_rows is not None,
-            gammas is not None, routed_rows is not None, d_gammas, BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N,
-            num_warps=_NUM_WARPS)
+            1 if gammas is None else gammas.shape[0], 1.0 if out_alpha is None else float(out_alpha),
+            tuple(activation_args), spec and spec.fn, spec and spec.backward, 1 if spec is None else spec.reduction_n,
+            spec is not None, dy_rows is not None, gammas is not None, routed_rows is not None, d_gammas,
+            BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N, num_warps=_NUM_WARPS)
     return dz.reshape(shape), out_gammas
 
 

@@ -100,6 +100,8 @@ def matmul_ogs_backward(ctx, dy, _d_preact):
                               None, None, [], w.dtype).reshape(w.shape)
     if bias is not None and need[BIAS]:
         grads[BIAS] = _bias_gradient(dz if betas is None else dz * betas[:, None], bias, routing, ragged)
+    if d_gammas is not None:  # a batched call's gammas are shared by its batch entries: their rows' sums added
+        d_gammas = d_gammas.reshape(-1, gammas.shape[0]).sum(0)
     grads[GAMMAS] = d_gammas
     if need[Y_ACC_IN]:
         grads[Y_ACC_IN] = dy
@@ -119,7 +121,7 @@ def _dz_by_torch(spec, activation_args, z, dy, scatter_dst, k, gammas, routed_ro
     with torch.enable_grad():
         z_leaf = z.float().detach().requires_grad_()
         act = spec.reference(z_leaf, *activation_args)
-    d_gammas = only_routed((dg * act.detach()).sum(-1, keepdim=True))[:, 0] if want_d_gammas else None
+    d_gammas = only_routed((dg * act.detach()).sum(-1).reshape(-1)) if want_d_gammas else None
     dz = torch.autograd.grad(act, z_leaf, dg * gammas[:, None] if gammas is not None else dg)[0]
     if alpha is not None:
         dz = dz * alpha
