@@ -57,6 +57,7 @@ def cases(draw):
     if mode == "batched":
         case["batch"] = draw(st.integers(1, 3))
     case["bias"] = draw(st.sampled_from([None, "shared"] + ([] if mode == "dense" else ["per"])))
+    case["betas"] = case["bias"] is not None and draw(st.booleans())
     return case
 
 
@@ -90,8 +91,9 @@ def _inputs(case):
         x, w = randn(m, k), randn(k, n, scale=k ** -0.5)
     bias = {None: None, "shared": randn(n), "per": randn(per or 1, n)}[case["bias"]]
     gammas = torch.rand(rows, generator=gen).to(DEVICE) + 0.5 if case["gammas"] else None
+    betas = torch.rand(rows, generator=gen).to(DEVICE) if case["betas"] else None  # (a constant)
     tensors = [x.to(dtype), w.to(dtype), bias, gammas]
-    kwargs = dict(routing_data=rd, gather_indx=gi if mode == "gather" else None,
+    kwargs = dict(routing_data=rd, betas=betas, gather_indx=gi if mode == "gather" else None,
                   scatter_indx=si if mode == "scatter" else None, out_alpha=case["out_alpha"],
                   fused_activation=SWIGLU if case["activation"] else None,
                   precision_config=PrecisionConfig(allow_tf32=False))
