@@ -3,6 +3,8 @@ torch autograd through the float32 reference matmul_ogs_torch, on the same input
 SwiGLU, scatter with gammas and top-k sums, dropped gates, empty experts, the router's logits."""
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import ogsgen
 from ogsgen import FusedActivation, PrecisionConfig, matmul_ogs, matmul_ogs_torch
@@ -273,3 +275,38 @@ def test_preact_refuses_what_it_cannot_keep(device):
         launch(x, w, None, preact=torch.empty(8, 24, device=device))
     with pytest.raises(SpecError, match="preact must be torch.float32"):
         launch(x, w, None, fused_activation=SWIGLU, preact=torch.empty(8, 24, device=device).bfloat16())
+
+
+@triton.jit
+def autograd_cubed_scaled(tile, scale):  # an activation registered without a backward function (test below)
+    return tl.fma(tile * tile, tile * scale, 0.0)
+
+
+@pytest.mark.parametrize("mode", ["dense", "gather with gammas"])
+def test_activation_without_a_backward_function_takes_torch_autograd_of_its_reference(mode, device, monkeypatch,
+                                                                                         tmp_path):
+    """A user's activation registered without ``backward``: the backward recomputes the rows before it and takes
+    torch's autograd of its reference there (no fused kernel)."""
+    from ogsgen.ops import gradients
+    from ogsgen.runtime import loader
+
+    spec = ogsgen.register_activation(autograd_cubed_scaled, arg_names=("scale",),
+                                      reference=lambda tile, scale: tile ** 3 * scale)
+    try:
+        monkeypatch.setenv("OGSGEN_CACHE_DIR", str(tmp_path))  # its variants rendered on demand, not kept
+        monkeypatch.setattr(loader, "_on_demand", True)
+        monkeypatch.setattr(gradients, "activation_backward",
+                            lambda *args: pytest.fail("the fused kernel took an activation without a backward"))
+        act = FusedActivation(spec, (0.5,))
+        if mode == "dense":
+            x, w = torch.randn(12, 16, device=device), torch.randn(16, 8, device=device) / 4
+            _check_gradients(lambda mm, x, w: mm(x, w, None, fused_activation=act, precision_config=FP32), (x, w),
+                             atol=1e-4)
+        else:
+            rd, gi, _ = ogsgen.routing(torch.randn(10, 4, device=device), 2)
+            x, w = torch.randn(10, 16, device=device), torch.randn(4, 16, 8, device=device) / 4
+            gammas = torch.rand(20, device=device) + 0.5
+            _check_gradients(lambda mm, x, w, g: mm(x, w, None, rd, gather_indx=gi, gammas=g, fused_activation=act,
+                                                    precision_config=FP32), (x, w, gammas), atol=1e-4)
+    finally:
+        ogsgen.unregister("autograd_cubed_scaled")
