@@ -145,11 +145,13 @@ def _inner_block_k() -> int:
 
 def _bias_gradient(dz, bias, routing, ragged):
     if ragged and bias.ndim == 2 and bias.shape[0] > 1:
-        # each expert's rows summed: the ragged-K product of a row of ones with dz (fp32, no tf32 rounding), which
-        # reads dz once; an index_add would have every row's atomics meet in the experts' few bias rows
-        ones = torch.ones(1, dz.shape[0], dtype=torch.float32, device=dz.device)
-        summed = torch.ops.ogsgen.matmul_ogs_inner(ones, dz.float().contiguous(), *routing, None, 1,
-                                                   _inner_block_k(), torch.float32, False)
+        # each expert's rows summed: the ragged-K product of a row of ones with dz, which reads dz once (an
+        # index_add would have every row's atomics meet in the experts' few bias rows); fp32 sums of exact
+        # products, of 16-bit dz as it is (no fp32 copy) or of fp32 dz without tf32 rounding
+        operand = (dz if dz.dtype in (torch.bfloat16, torch.float16) else dz.float()).contiguous()
+        ones = torch.ones(1, dz.shape[0], dtype=operand.dtype, device=dz.device)
+        summed = torch.ops.ogsgen.matmul_ogs_inner(ones, operand, *routing, None, 1, _inner_block_k(), torch.float32,
+                                                   False)
         return summed[:, 0].to(bias.dtype)
     if not ragged and dz.ndim == 3 and bias.ndim == 2 and bias.shape[0] > 1:  # each batch entry's rows
         return dz.sum(1).to(bias.dtype)
