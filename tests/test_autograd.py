@@ -264,6 +264,13 @@ def test_fused_activation_backward_against_torch_autograd(activation, scatter, w
         assert d_gammas.numel() == 0
 
 
+def test_fused_activation_backward_needs_the_rows_before_the_activation(device):
+    from ogsgen.errors import SpecError
+    with pytest.raises(SpecError, match="activation_backward needs z, the rows before the activation"):
+        torch.ops.ogsgen.activation_backward("swiglu", [1.702, 7.0], None, torch.randn(4, 2, device=device), None,
+                                             1, None, None, None, False, torch.float32)
+
+
 def test_preact_refuses_what_it_cannot_keep(device):
     from ogsgen.errors import SpecError
     from ogsgen.runtime.matmul import launch

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from ..devices import check_kernel_device
+from ..errors import SpecError
 from ..spec.functions import registered
 
 Tensor = torch.Tensor
@@ -87,6 +88,8 @@ def activation_backward(activation: Optional[str], activation_args: list[float],
     custom op (with a fake implementation) so that AOTAutograd can trace the backward that calls it. Internal: the
     backward passes consistent tensors (one device, unit column stride)."""
     spec = None if activation is None else registered("activation", activation)
+    if z is None and (spec is not None or d_gammas):
+        raise SpecError("activation_backward needs z, the rows before the activation, for an activation or d gammas")
     check_kernel_device(dy, "dy")
     shape = _dz_shape(spec, z, dy, dy_rows)
     n = shape[-1]
