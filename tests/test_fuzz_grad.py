@@ -2,8 +2,9 @@
 
 Random dense, batched and mixture-of-experts calls (sorted rows, gathered tokens, rows scattered back with top-k
 sums), sizes from 1 up, bf16 / fp16 / fp32, E experts and top-k k with dropped gates, bias (per expert or batch
-entry, or shared), gammas, out_alpha and the fused SwiGLU (whose forward stores its pre-activation under autograd);
-every differentiable input a leaf. Each gradient is compared with the float32 reference's on the same values,
+entry, or shared) with or without betas, gammas, out_alpha and the fused SwiGLU (whose forward stores its
+pre-activation under autograd), launch constraints on every matmul of the step (split K, small tiles, the
+persistent kernel); every differentiable input a leaf. Each gradient is compared with the float32 reference's on the same values,
 relative to its largest magnitude, within the format's rounding. Kernels are rendered on demand into a temporary
 folder (combinations the default catalog lacks, e.g. a gather with gammas).
 
@@ -22,6 +23,7 @@ import torch  # noqa: E402
 
 import ogsgen  # noqa: E402
 from ogsgen import FusedActivation, PrecisionConfig, matmul_ogs, matmul_ogs_torch  # noqa: E402
+from ogsgen.errors import InapplicableConstraintError  # noqa: E402
 from ogsgen.runtime import loader  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -58,6 +60,8 @@ def cases(draw):
         case["batch"] = draw(st.integers(1, 3))
     case["bias"] = draw(st.sampled_from([None, "shared"] + ([] if mode == "dense" else ["per"])))
     case["betas"] = case["bias"] is not None and draw(st.booleans())
+    case["constraints"] = draw(st.sampled_from([(), (("split_k", 2),), (("block_m", 16), ("block_n", 32)),
+                                                (("persistent", True),)]))
     return case
 
 
@@ -111,11 +115,16 @@ def test_fuzz_gradients(case):
     tensors, call = _inputs(case)
     ours = [None if t is None else t.detach().clone().requires_grad_() for t in tensors]
     theirs = [None if t is None else t.detach().float().requires_grad_() for t in tensors]
-    y, y_ref = call(matmul_ogs, *ours), call(matmul_ogs_torch, *theirs)
-    assert y.shape == y_ref.shape
+    y_ref = call(matmul_ogs_torch, *theirs)
     grad = torch.randn(y_ref.shape, generator=torch.Generator().manual_seed(case["seed"] + 1)).to(DEVICE)
-    y.backward(grad.to(y.dtype))
     y_ref.backward(grad)
+    try:  # the forward's and the backward's matmuls under the drawn launch constraints
+        with ogsgen.opt_flags_constraints(**dict(case["constraints"])):
+            y = call(matmul_ogs, *ours)
+            assert y.shape == y_ref.shape
+            y.backward(grad.to(y.dtype))
+    except InapplicableConstraintError:
+        hypothesis.assume(False)  # a constraint that some matmul of the step cannot take (its error is tested)
     for name, a, b in zip(("x", "w", "bias", "gammas"), ours, theirs):
         if a is None:
             continue
