@@ -57,3 +57,20 @@ def y_acc_in_kernels(tmp_path_factory):
     out = tmp_path_factory.mktemp("y_acc_in_kernels")
     build(Catalog("y_acc_in", _expand([KernelVariant(FP16, FP16, FP16, y_acc_in=True)], "y_acc_in")), out)
     ogsgen.add_search_path(out)
+
+
+@pytest.fixture(scope="module")
+def kernels_on_demand(tmp_path_factory):
+    """Every variant a module's calls need, rendered on demand into a temporary cache (not the repository)."""
+    import ogsgen
+    from ogsgen.runtime import loader
+
+    old_cache, old_on_demand = os.environ.get("OGSGEN_CACHE_DIR"), loader._on_demand
+    os.environ["OGSGEN_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernels_on_demand"))
+    ogsgen.set_on_demand(True)
+    yield
+    loader._on_demand = old_on_demand
+    if old_cache is None:
+        os.environ.pop("OGSGEN_CACHE_DIR", None)
+    else:
+        os.environ["OGSGEN_CACHE_DIR"] = old_cache

@@ -53,7 +53,6 @@ from ogsgen import (FlexCtx, FusedActivation, InFlexData, OutFlexData, Precision
                     matmul_ogs_torch)
 from ogsgen.numerics import (actual_scale_torch, bound_mx_scales, dequantize_mx, dequantize_mx_torch,  # noqa: E402
                              max_finite, quantize_mx, swizzle_mx_values, unswizzle_mx_values)
-from ogsgen.runtime import loader  # noqa: E402
 from ogsgen.testing import assert_close  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
@@ -99,20 +98,7 @@ PREPARE_FORMATS = {"fp8-e4m3": "fp8e4m3", "fp8-e5m2": "fp8e5m2", "mxfp4": "mxfp4
                    "mxfp8-e4m3": "mxfp8e4m3", "mxfp8-e5m2": "mxfp8e5m2"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kernels_on_demand(tmp_path_factory):
-    """Every variant a fuzzed call needs, rendered on demand into a temporary cache (not the repository)."""
-    old_cache = os.environ.get("OGSGEN_CACHE_DIR")
-    old_on_demand = loader._on_demand
-    os.environ["OGSGEN_CACHE_DIR"] = str(tmp_path_factory.mktemp("fuzz_kernels"))
-    ogsgen.set_on_demand(True)
-    yield
-    ogsgen.set_on_demand(bool(old_on_demand))
-    loader._on_demand = old_on_demand
-    if old_cache is None:
-        os.environ.pop("OGSGEN_CACHE_DIR", None)
-    else:
-        os.environ["OGSGEN_CACHE_DIR"] = old_cache
+pytestmark = pytest.mark.usefixtures("kernels_on_demand")  # every variant a fuzzed call needs
 
 
 # ---------------------------------------------------------------- layouts

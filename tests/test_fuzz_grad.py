@@ -24,7 +24,6 @@ import torch  # noqa: E402
 import ogsgen  # noqa: E402
 from ogsgen import FusedActivation, PrecisionConfig, matmul_ogs, matmul_ogs_torch  # noqa: E402
 from ogsgen.errors import InapplicableConstraintError  # noqa: E402
-from ogsgen.runtime import loader  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -33,17 +32,7 @@ SWIGLU = FusedActivation(ogsgen.swiglu, (1.702, 7.0))
 EXAMPLES = int(os.environ.get("OGSGEN_FUZZ_EXAMPLES", 0)) or 40
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kernels_on_demand(tmp_path_factory):
-    old_cache, old_on_demand = os.environ.get("OGSGEN_CACHE_DIR"), loader._on_demand
-    os.environ["OGSGEN_CACHE_DIR"] = str(tmp_path_factory.mktemp("fuzz_grad_kernels"))
-    ogsgen.set_on_demand(True)
-    yield
-    loader._on_demand = old_on_demand
-    if old_cache is None:
-        os.environ.pop("OGSGEN_CACHE_DIR", None)
-    else:
-        os.environ["OGSGEN_CACHE_DIR"] = old_cache
+pytestmark = pytest.mark.usefixtures("kernels_on_demand")
 
 
 @st.composite
