@@ -1,6 +1,6 @@
 """Benchmark a MoE expert layer's forward + backward (training) on ogsgen against torch._grouped_mm, in one run.
 
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH=. python bench/bench_train.py \
+    PYTHONPATH=. python bench/bench_train.py \
         --out bench/results/DATE-train [--tokens 2048 8192] [--shapes gpt-oss-120b DeepSeek-V3]
 
 The layer: w1 (tokens gathered to their experts, + bias, SwiGLU) then w2 (+ bias, times the gates, scattered back
@@ -27,7 +27,11 @@ import sys
 import zlib
 from pathlib import Path
 
-import torch
+# Each DeepSeek-V3 step takes most of the GPU: without expandable segments the caching allocator's leftover
+# segments from earlier cases made a later step run out of memory (2026-12-03)
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+import torch  # noqa: E402
 import triton
 from triton.testing import do_bench
 

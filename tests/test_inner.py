@@ -66,6 +66,37 @@ def test_inner_gathers_the_tokens_of_a_routing(k_act, device):
         torch.testing.assert_close(y[expert], x_sorted[lo:hi].float().T @ dy[lo:hi].float(), atol=1e-3, rtol=1e-4)
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_inner_programs_loop_over_tiles(persistent, monkeypatch, device):
+    """The kernel's programs loop over (expert, tile) pairs: one per tile, or (persistent) one per SM, three on the
+    CPU, each then taking tiles of several experts in turn, segments of different lengths (an empty one among
+    them) and a gather. Every tile matches the reference, y_acc_in added once."""
+    from ogsgen.runtime import launcher
+    grids = []
+    launch = launcher.launch
+    monkeypatch.setattr(launcher, "launch", lambda kernel, grid, args, **options: grids.append(
+        (grid, args["n_programs"])) or launch(kernel, grid, args, **options))
+    tokens, k_act, width, n = 40, 2, 48, 40
+    logits = torch.randn(tokens, 5, device=device)
+    logits[:, 1] = -100.0  # expert 1 gets no tokens
+    rd, gi, _ = ogsgen.routing(logits, k_act)
+    assert rd.expt_hist[1] == 0 and rd.expt_hist.max() > 16
+    x_tokens = torch.randn(tokens, width, device=device).bfloat16()
+    dy = torch.randn(tokens * k_act, n, device=device).bfloat16()
+    inner = InnerRoutingData(rd, block_k=16)
+    pc = PrecisionConfig(out_dtype=torch.float32)
+    grad = torch.randn(5, width, n, device=device)
+    x_sorted = x_tokens[gi.src_indx.long() // k_act]
+    expected = matmul_ogs_torch(x_sorted.mT, dy, None, inner_routing_data=inner, precision_config=pc) + grad
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=16, persistent=persistent):
+        matmul_ogs(x_tokens.mT, dy, None, gather_indx=gi, inner_routing_data=inner, precision_config=pc, y=grad,
+                   y_acc_in=grad)
+    tiles = 5 * 3 * 3
+    programs = (ogsgen.devices.target().sm_count if device == "cuda" else 3) if persistent else tiles
+    assert grids == [((min(programs, tiles), 1, 1), min(programs, tiles))]
+    torch.testing.assert_close(grad, expected, atol=1e-3, rtol=1e-4)
+
+
 def test_inner_accumulates_in_place(device):
     hist = torch.tensor([3, 20, 0, 9], dtype=torch.int32, device=device)
     x = torch.randn(16, 32, device=device).bfloat16()

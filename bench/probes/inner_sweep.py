@@ -1,11 +1,13 @@
 """Probe: launch parameters for the ragged-K (weight gradient) kernel, then a training step with the best.
 
-    PYTHONPATH=. python bench/probes/inner_sweep.py --out OUT [--tiles 128x256x32x8x3 128x128x64x8x3 ...]
+    PYTHONPATH=. python bench/probes/inner_sweep.py --out OUT [--case gpt-oss-120b:2048] \
+        [--tiles 128x256x32x8x3 128x256x32x8x3p ...]
 
-The two weight gradients of bench_train's gpt-oss-120b T=2048 step (dW1: x's tokens gathered, 128 experts, 2880 x
-5760; dW2: sorted rows, 2880 x 2880), each timed (CUDA-graph medians) under the heuristic and under each tile
-(block_k is the ragged-K tile, so each tile runs with its own InnerRoutingData.block_k), every output compared
-with the heuristic's. Then the whole step (bench_train's ogsgen forward + backward), with the heuristic and with
+The two weight gradients of bench_train's case (dW1: x's tokens gathered, its experts, width x w1 N; dW2: sorted
+rows, w2's K x width), each timed (CUDA-graph medians) under the heuristic and under each tile
+(BMxBNxBKxWARPSxSTAGES, ``p`` at the end: one program per SM looping over the tiles, else one per tile; block_k is
+the ragged-K tile, so each tile runs with its own InnerRoutingData.block_k), every output compared with the
+heuristic's. Then the whole step (bench_train's ogsgen forward + backward), with the heuristic and with
 ogsgen.runtime.inner.inner_flags replaced by the best tile of each gradient. Writes OUT/inner_sweep.txt.
 """
 from __future__ import annotations
@@ -24,17 +26,26 @@ import bench_train  # noqa: E402
 import ogsgen  # noqa: E402
 from ogsgen.runtime import inner  # noqa: E402
 
-TILES = ["128x256x32x8x3", "128x256x64x8x3", "128x128x64x8x3", "128x128x64x4x4", "64x256x64x4x4", "128x128x128x8x3",
-         "256x128x64x8x3", "128x256x128x8x2"]
+TILES = ["128x256x32x8x3", "128x256x32x8x3p", "128x256x64x8x3", "128x256x64x8x3p", "128x128x32x4x3",
+         "128x128x32x4x3p", "128x128x64x4x4", "128x128x64x8x3", "64x256x32x4x3", "256x128x32x8x3"]
+_TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "persistent")
+
+
+def parse_tile(tile: str) -> tuple:
+    """"128x256x32x8x3p" -> (128, 256, 32, 8, 3, True)."""
+    return (*map(int, tile.rstrip("p").split("x")), tile.endswith("p"))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tiles", nargs="+", default=TILES)
+    parser.add_argument("--case", default="gpt-oss-120b:2048", help="bench_train's shape:tokens")
     args = parser.parse_args()
     torch.manual_seed(0)
-    tokens, n_expts, k_act, width, n1 = 2048, 128, 4, 2880, 5760
+    shape, tokens = args.case.rsplit(":", 1)
+    tokens = int(tokens)
+    n_expts, k_act, width, n1 = bench_train.SHAPES[shape]
     rd, gi, _ = ogsgen.routing(torch.randn(tokens, n_expts, device="cuda"), k_act)
     rows = tokens * k_act
     x = torch.randn(tokens, width, device="cuda").bfloat16()
@@ -52,14 +63,15 @@ def main():
         heuristic = original_flags(2, n_expts, xt.shape[0], dz.shape[1], rows // n_expts, 32, 132)
         timings = [("heuristic " + str(heuristic), do_bench_cudagraph(lambda: call(32), rep=100), 0.0, None)]
         for tile in args.tiles:
-            bm, bn, bk, warps, stages = map(int, tile.split("x"))
+            flags = parse_tile(tile)
+            bk = flags[2]
             try:
-                with ogsgen.opt_flags_constraints(block_m=bm, block_n=bn, block_k=bk, num_warps=warps,
-                                                  num_stages=stages):
+                with ogsgen.opt_flags_constraints(**dict(zip(_TILE_KEYS, flags))):
                     out = call(bk)
                     ms = do_bench_cudagraph(lambda: call(bk), rep=100)
                 diff = ((out.float() - reference.float()).abs().max() / reference.float().abs().max()).item()
-                timings.append((tile, ms, diff, (bm, bn, bk, warps, stages)))
+                timings.append((tile, ms, diff, flags))
+                del out
             except Exception as exc:
                 lines.append(f"{name} {tile}: {type(exc).__name__}: {str(exc).splitlines()[0][:150]}")
         for tile, ms, diff, _ in timings:
@@ -70,7 +82,7 @@ def main():
     print("\n".join(lines), flush=True)
 
     for label in ("heuristic", "best tiles"):
-        for impl, params, layer, grad_out in bench_train.steps("gpt-oss-120b", tokens):
+        for impl, params, layer, grad_out in bench_train.steps(shape, tokens):
             if impl != "ogsgen":
                 params.clear()
                 continue
@@ -79,7 +91,7 @@ def main():
                 layer(params).backward(grad_out)
             step()
             ms = do_bench(step, warmup=5, rep=200, grad_to_none=params, return_mode="median")
-            lines.append(f"training step gpt-oss-120b T=2048, {label}: {ms:.3f} ms")
+            lines.append(f"training step {args.case}, {label}: {ms:.3f} ms")
             params.clear()
         if not best:
             break
@@ -87,8 +99,7 @@ def main():
         tiles = dict(best)
         inner.inner_flags = lambda itemsize, n_expts, m, n, k_per_expert, block_k, n_sms, bitwise_invariant=False, \
             constraints=(): replace(original_flags(itemsize, n_expts, m, n, k_per_expert, block_k, n_sms),
-                                    **dict(zip(("block_m", "block_n", "block_k", "num_warps", "num_stages"),
-                                               tiles.get(n == n1, tiles.get(True, tiles.get(False))))))
+                                    **dict(zip(_TILE_KEYS, tiles.get(n == n1, tiles.get(True, tiles.get(False))))))
         lines.append(f"best tiles: {best}")
     inner.inner_flags = original_flags
     args.out.mkdir(parents=True, exist_ok=True)

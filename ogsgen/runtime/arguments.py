@@ -74,6 +74,8 @@ class MatmulInputs:
         return row_tiles(self.call.m, self.flags.block_m, self.call.routing.n_expts_tot)
 
     def tiled_grid(self) -> tuple[int, int, int]:
+        if self.variant.inner:  # programs loop over the tiles: one per SM where the flags ask for persistence
+            return (self.n_programs if self.flags.persistent else self._tiles), 1, 1
         grid_m = self.n_row_tiles if self.variant.ragged else cdiv(self.call.m, self.flags.block_m)
         return grid_m * cdiv(self.call.n, self.flags.block_n), self.call.batch, self.split_k
 
@@ -107,12 +109,16 @@ class MatmulInputs:
         return TensorDescriptor.from_tensor(_as_3d(self.out), [1, *block])
 
     @cached_property
+    def _tiles(self) -> int:
+        call = self.call
+        row_tiles_ = self.n_row_tiles if self.variant.ragged else call.batch * cdiv(call.m, self.flags.block_m)
+        return row_tiles_ * cdiv(call.n, self.flags.block_n)
+
+    @cached_property
     def n_programs(self) -> int:
         """One program per SM; the interpreter (CPU) gets three, so that its programs, too, loop over tiles."""
         call = self.call
-        row_tiles_ = self.n_row_tiles if self.variant.ragged else call.batch * cdiv(call.m, self.flags.block_m)
-        tiles = row_tiles_ * cdiv(call.n, self.flags.block_n)
-        return max(1, min(tiles, target(call.x.device).sm_count if call.x.is_cuda else 3))
+        return max(1, min(self._tiles, target(call.x.device).sm_count if call.x.is_cuda else 3))
 
 
 class ReduceInputs:
@@ -143,10 +149,11 @@ def kernel_arguments(variant: KernelVariant, kernel: str, inputs) -> dict:
 def matmul_launch(inputs: MatmulInputs) -> tuple:
     """(kernel, grid, arguments, options) of the matmul kernel for the inputs' flags."""
     variant, flags = inputs.variant, inputs.flags
-    kernel = "persistent" if flags.persistent else "tiled"
-    args = kernel_arguments(variant, kernel, inputs)
-    grid = (inputs.n_programs, 1, 1) if flags.persistent else inputs.tiled_grid()
-    return loader.kernel_for(variant, persistent=flags.persistent), grid, args, launch_options(flags)
+    # (a ragged-K variant has one kernel, whose programs loop over tiles: flags.persistent sets their count)
+    persistent = flags.persistent and not variant.inner
+    args = kernel_arguments(variant, "persistent" if persistent else "tiled", inputs)
+    grid = (inputs.n_programs, 1, 1) if persistent else inputs.tiled_grid()
+    return loader.kernel_for(variant, persistent=persistent), grid, args, launch_options(flags)
 
 
 def reduce_launch(inputs: ReduceInputs) -> tuple:

@@ -150,18 +150,21 @@ def _inner_flags(call: Call, x, block_k: int, bitwise_invariant: bool):
 def inner_flags(itemsize: int, n_expts: int, m: int, n: int, k_per_expert: int, block_k: int, n_sms: int | None,
                 bitwise_invariant: bool = False, constraints: tuple = ()):
     """The batched heuristic's tile over (experts, x rows, w columns), with the K tile the segments are padded to.
-    Each program sums its expert's whole segment on the tiled kernel: constraints on split_k and persistent (meant
-    for the row-ragged matmuls of the same code) do not apply; one on block_k must agree with inner.block_k."""
-    constraints = {key: value for key, value in constraints if key not in ("split_k", "persistent")}
+    Each tile sums its expert's whole segment: a constraint on split_k (meant for the row-ragged matmuls of the same
+    code) does not apply; one on block_k must agree with inner.block_k. ``persistent``: one program per SM, looping
+    over the tiles (else one per tile)."""
+    constraints = {key: value for key, value in constraints if key != "split_k"}
+    persistent = constraints.pop("persistent", None)
     if constraints.get("block_k", block_k) != block_k:
         raise InapplicableConstraintError(f"opt_flags_constraints block_k={constraints['block_k']}: a ragged-K call "
                                           f"takes block_k={block_k}, its inner_routing_data.block_k")
     flags = make_opt_flags(itemsize, n_expts, m, n, k_per_expert, 1, None, 0, False, n_sms,
                            bitwise_invariant=bitwise_invariant, constraints=tuple(sorted(constraints.items())))
-    if itemsize == 2 and min(m, n) >= WIDE_TILE_MIN and not any(key in constraints for key in TILE_KEYS):
+    wide = itemsize == 2 and min(m, n) >= WIDE_TILE_MIN
+    if wide and not any(key in constraints for key in TILE_KEYS):
         # A weight gradient's products are short (an expert's tokens) and wide: 128x256 tiles write the (E, M, N)
         # result with fewer, larger tiles (H200, gpt-oss T=2048: dW1 3.90 ms against the batched heuristic's
         # 128x128's 5.60, dW2 1.36 against 1.83; docs/heuristics.md)
         flags = replace(flags, block_m=128, block_n=256, num_warps=8, num_stages=3 if block_k <= 64 else 2,
                         maxnreg=None, wait_mma=False)
-    return replace(flags, block_k=block_k, split_k=1, persistent=False)
+    return replace(flags, block_k=block_k, split_k=1, persistent=wide if persistent is None else persistent)

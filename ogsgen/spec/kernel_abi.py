@@ -180,7 +180,10 @@ _MATMUL_TILES = (Param("BLOCK_M", lambda a: a.flags.block_m, constexpr=True),
 _OFFSETS_64 = Param("OFFSETS_64", lambda a: a.offsets_64, constexpr=True)
 _GATHER = (Param("GatherIndx", lambda a: a.call.gather_indx.src_indx, _gather),
            Param("n_expts_act", lambda a: a.call.routing.n_expts_act, _gather, per_call=True))
-_M = Param("M", lambda a: a.call.m, _not_ragged, per_call=True)
+_M = Param("M", lambda a: a.call.m, lambda v: not v.ragged and not v.inner, per_call=True)
+# A ragged-K call's M is a weight's size, not a token count: specialized, its divisibility lets the masked loads of
+# x's rows (its contiguous axis) vectorize and go asynchronous
+_INNER_M = Param("M", lambda a: a.call.m, _inner)
 _N = Param("N", lambda a: a.call.n)
 _K = Param("K", lambda a: a.call.k, _not_inner)
 
@@ -197,7 +200,7 @@ def _y_pointer_params(split: bool) -> tuple[Param, ...]:
 TILED = (
     _y_pointer_params(split=True),
     (Param("X", lambda a: a.call.x),
-     Param("stride_x_b", lambda a: _batch_stride(a.call.x), _not_ragged),
+     Param("stride_x_b", lambda a: _batch_stride(a.call.x), lambda v: not v.ragged and not (v.inner and v.gather)),
      Param("stride_x_m", lambda a: a.call.x.stride(-2)),
      Param("stride_x_k", lambda a: a.call.x.stride(-1))),
     (Param("W", lambda a: a.call.w),
@@ -221,11 +224,13 @@ TILED = (
     # BlockOffs[e] * BLOCK_K).
     (Param("SliceSizes", lambda a: a.call.routing.expt_data.slice_sizes, _inner),
      Param("SliceOffs", lambda a: a.call.routing.expt_data.slice_offs, _inner),
-     Param("BlockOffs", lambda a: a.call.routing.expt_data.block_offs(a.flags.block_k), _inner)),
+     Param("BlockOffs", lambda a: a.call.routing.expt_data.block_offs(a.flags.block_k), _inner),
+     Param("n_batches", lambda a: a.call.batch, _inner, per_call=True),
+     Param("n_programs", lambda a: a.tiled_grid()[0], _inner, per_call=True)),
     _GATHER,
     *_MATMUL_EPILOGUE,
     _FUSED_COMM,
-    (_M, _N, _K, Param("split_k", lambda a: a.split_k, _split)),
+    (_M, _INNER_M, _N, _K, Param("split_k", lambda a: a.split_k, _split)),
     *_FUNCTIONS,
     (Param("DOT_PRECISION", lambda a: "tf32" if a.call.pc.allow_tf32 else "ieee", lambda v: v.x.element == "fp32",
            constexpr=True),),
