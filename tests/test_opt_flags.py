@@ -319,14 +319,21 @@ def test_matmul_picks_hopper_tiles_by_the_scales_layout(monkeypatch):
 
 
 def test_weight_gradient_products_take_wide_tiles():
-    """Ragged-K products of 16-bit operands at weight-gradient sizes take 128x256 tiles (measured on the H200:
-    bench/results/2026-12-03g-train/inner_sweep.txt); fp32 ones (bias gradients) and small ones keep the batched
-    heuristic's, and a constrained tile wins."""
+    """Ragged-K products of 16-bit operands at weight-gradient sizes (measured on the H200:
+    bench/results/2026-12-03m-inner): 32-row K steps take 128x128 tiles of one warpgroup, one program per tile;
+    64- and 128-row ones 128x256 tiles, one program per SM looping over them. fp32 ones (bias gradients) and small
+    ones keep the batched heuristic's, and constraints win."""
     from ogsgen.runtime.inner import inner_flags
-    wide = inner_flags(2, 128, 2880, 5760, 64, 32, 132)
-    assert (wide.block_m, wide.block_n, wide.block_k, wide.num_warps, wide.num_stages) == (128, 256, 32, 8, 3)
-    assert inner_flags(2, 128, 2880, 5760, 64, 128, 132).num_stages == 2  # 128-row K tiles: two stages fit
+
+    def tile(flags):
+        return flags.block_m, flags.block_n, flags.block_k, flags.num_warps, flags.num_stages, flags.persistent
+    assert tile(inner_flags(2, 128, 2880, 5760, 64, 32, 132)) == (128, 128, 32, 4, 3, False)
+    assert tile(inner_flags(2, 128, 2880, 5760, 64, 64, 132)) == (128, 256, 64, 8, 3, True)
+    assert tile(inner_flags(2, 128, 2880, 5760, 64, 128, 132)) == (128, 256, 128, 8, 2, True)  # two stages fit
     assert inner_flags(4, 128, 1, 5760, 64, 32, 132).block_m == 16
+    assert not inner_flags(4, 128, 1, 5760, 64, 32, 132).persistent
     assert inner_flags(2, 8, 256, 256, 16, 32, 132).block_n == 128
     forced = inner_flags(2, 128, 2880, 5760, 64, 32, 132, constraints=(("block_n", 64),))
     assert forced.block_n == 64
+    assert inner_flags(2, 128, 2880, 5760, 64, 32, 132, constraints=(("persistent", True),)).persistent
+    assert not inner_flags(2, 128, 2880, 5760, 64, 64, 132, constraints=(("persistent", False),)).persistent

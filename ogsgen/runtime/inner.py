@@ -161,10 +161,16 @@ def inner_flags(itemsize: int, n_expts: int, m: int, n: int, k_per_expert: int, 
     flags = make_opt_flags(itemsize, n_expts, m, n, k_per_expert, 1, None, 0, False, n_sms,
                            bitwise_invariant=bitwise_invariant, constraints=tuple(sorted(constraints.items())))
     wide = itemsize == 2 and min(m, n) >= WIDE_TILE_MIN
+    wide_persistent = wide and block_k >= 64
     if wide and not any(key in constraints for key in TILE_KEYS):
-        # A weight gradient's products are short (an expert's tokens) and wide: 128x256 tiles write the (E, M, N)
-        # result with fewer, larger tiles (H200, gpt-oss T=2048: dW1 3.90 ms against the batched heuristic's
-        # 128x128's 5.60, dW2 1.36 against 1.83; docs/heuristics.md)
-        flags = replace(flags, block_m=128, block_n=256, num_warps=8, num_stages=3 if block_k <= 64 else 2,
-                        maxnreg=None, wait_mma=False)
-    return replace(flags, block_k=block_k, split_k=1, persistent=wide if persistent is None else persistent)
+        # A weight gradient's products are short (an expert's tokens) and wide: each tile is a few K steps and a
+        # store. With 32-row K steps, 128x128 tiles of one warpgroup, several per SM, overlap one tile's store with
+        # the next one's loads; longer K steps fit 128x256 tiles, one program per SM looping over them (H200,
+        # gpt-oss-120b and DeepSeek-V3 T=2048; docs/heuristics.md)
+        if wide_persistent:
+            flags = replace(flags, block_m=128, block_n=256, num_warps=8, num_stages=3 if block_k <= 64 else 2)
+        else:
+            flags = replace(flags, block_m=128, block_n=128, num_warps=4, num_stages=3)
+        flags = replace(flags, maxnreg=None, wait_mma=False)
+    return replace(flags, block_k=block_k, split_k=1,
+                   persistent=wide_persistent if persistent is None else persistent)
