@@ -11,8 +11,9 @@ wants them (ogsgen's N-contiguous: each library its own layout of the same value
 experts, top-4, width 2880, w1 N 5760) and DeepSeek-V3 (256 experts, top-8, width 7168, w1 N 4096). Times are
 triton.testing.do_bench medians of forward + backward (gradients reset between runs); TFLOP/s counts the six
 matmuls (2 forward, 4 backward) as 6 * 2 * rows * K * N per weight. The output, dx and two experts' weight and
-bias gradients are compared with the other library's (relative rms difference) so that no time is quoted for a
-wrong result. Writes results.csv, table.md and env.json.
+bias gradients are compared with the other library's (relative rms difference), and each library's b2 gradient
+with its exact value (a sum of gates times output gradients per expert), so that no time is quoted for a wrong
+result. Writes results.csv, table.md and env.json.
 """
 from __future__ import annotations
 
@@ -60,8 +61,8 @@ def grouped_mm_layer(x, w1, b1, w2, b2, rows):
 
 
 def steps(name, tokens):
-    """(library, its parameters (leaves), its layer of them, the output's gradient) for each library, on the
-    case's inputs (drawn from a seed of the case's own)."""
+    """(library, its parameters (leaves), its layer of them, the output's gradient, b2's exact gradient) for each
+    library, on the case's inputs (drawn from a seed of the case's own)."""
     n_expts, k, width, n1 = SHAPES[name]
     torch.manual_seed(zlib.crc32(repr((name, tokens)).encode()))
     rd, gi, si = ogsgen.routing(torch.randn(tokens, n_expts, device="cuda"), k)
@@ -78,8 +79,12 @@ def steps(name, tokens):
             else t.clone()}
     layers = {"ogsgen": lambda p: ogsgen_layer(*p, rd, gi, si),
               "torch._grouped_mm": lambda p: grouped_mm_layer(*p, rows)}
+    # b2's gradient in exact arithmetic of the bf16 inputs, a check that needs neither library: for each expert, the
+    # sum over its rows of gate * the output gradient of the row's token
+    db2_exact = torch.zeros(n_expts, width, device="cuda").index_add_(
+        0, experts, rows[3][:, None] * grad_out.float()[rows[0]])
     for impl in make:
-        yield impl, [make[impl](t).requires_grad_() for t in (x, w1, b1, w2, b2)], layers[impl], grad_out
+        yield impl, [make[impl](t).requires_grad_() for t in (x, w1, b1, w2, b2)], layers[impl], grad_out, db2_exact
         gc.collect()
 
 
@@ -87,12 +92,13 @@ def case(name, tokens):
     n_expts, k, width, n1 = SHAPES[name]
     flops = 6 * 2 * tokens * k * width * (n1 + n1 // 2)
     results, grads = [], {}
-    for impl, params, layer, grad_out in steps(name, tokens):
+    for impl, params, layer, grad_out, db2_exact in steps(name, tokens):
         def step():
             layer(params).backward(grad_out)
-        row = dict(case=f"{name} T={tokens}", impl=impl, ms="", tflops="", error="")
+        row = dict(case=f"{name} T={tokens}", impl=impl, ms="", tflops="", error="", db2_vs_exact="")
         try:
             step()
+            row["db2_vs_exact"] = f"{((params[4].grad - db2_exact).norm() / db2_exact.norm()).item():.1e}"
             # kept for the comparison: y, dx and two experts' gradients (all of them would not fit beside the run)
             grads[impl] = [layer(params).detach().float(), params[0].grad.float()] + \
                 [p.grad[:2].float() for p in params[1:]]
@@ -110,7 +116,7 @@ def case(name, tokens):
         results[0]["rel_rms_vs_torch"] = " ".join(f"{n}={d:.1e}" for n, d in zip(names, diffs))
     for row in results:
         print(f"{row['case']:24s} {row['impl']:18s} {row['ms'] or row['error']} ms {row['tflops']} TF/s "
-              f"{row.get('rel_rms_vs_torch', '')}", flush=True)
+              f"db2 vs exact {row['db2_vs_exact']} {row.get('rel_rms_vs_torch', '')}", flush=True)
     return results
 
 
@@ -119,13 +125,14 @@ def table(rows) -> str:
     for row in rows:
         by_case.setdefault(row["case"], {})[row["impl"]] = row
     lines = ["| case | ogsgen fwd+bwd ms | TF/s | torch._grouped_mm ms | TF/s | torch / ogsgen "
-             "| ogsgen vs torch (rel. rms) |", "|---|---|---|---|---|---|---|"]
+             "| ogsgen vs torch (rel. rms) | db2 vs exact (ogsgen, torch) |", "|---|---|---|---|---|---|---|---|"]
     for name, impls in by_case.items():
         ours, theirs = impls.get("ogsgen", {}), impls.get("torch._grouped_mm", {})
         ratio = f"{float(theirs['ms']) / float(ours['ms']):.2f}" if ours.get("ms") and theirs.get("ms") else "n/a"
         lines.append(f"| {name} | {ours.get('ms') or ours.get('error')} | {ours.get('tflops', '')} | "
                      f"{theirs.get('ms') or theirs.get('error')} | {theirs.get('tflops', '')} | {ratio} | "
-                     f"{ours.get('rel_rms_vs_torch', '')} |")
+                     f"{ours.get('rel_rms_vs_torch', '')} | {ours.get('db2_vs_exact', '')}, "
+                     f"{theirs.get('db2_vs_exact', '')} |")
     return "\n".join(lines) + "\n"
 
 

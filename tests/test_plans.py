@@ -130,6 +130,23 @@ def test_persistent_calls_replay_with_descriptors_of_their_own_tensors(device, c
     assert len(checked_calls) == 1
 
 
+def test_a_plan_does_not_keep_the_tensors_of_the_call_it_was_recorded_from(device, checked_calls):
+    """Plans live for the process; the tensors of the call a plan was recorded from must not: a TMA descriptor it
+    keeps would hold its tensor (a model's weights, 15 GB for DeepSeek-V3's w1, stayed on the GPU after the
+    caller dropped them: the training bench ran out of memory)."""
+    import gc
+    import weakref
+
+    rd, gi, si, x, w, bias = _moe(device, 24)
+    with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
+        got = ogsgen.matmul_ogs(x, w, bias, rd, gather_indx=gi)
+    assert len(checked_calls) == 1 and len(plans._plans) > 0
+    refs = [weakref.ref(t) for t in (x, w, bias, got)]
+    del x, w, bias, got
+    gc.collect()
+    assert [ref() is None for ref in refs] == [True] * 4
+
+
 def test_ragged_persistent_calls_replay_on_their_own_metadata(device, checked_calls):
     """Their kernel reads the metadata's block offsets too (a view per block size, as the block schedule)."""
     with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):

@@ -82,7 +82,7 @@ def main():
     print("\n".join(lines), flush=True)
 
     for label in ("heuristic", "best tiles"):
-        for impl, params, layer, grad_out in bench_train.steps(shape, tokens):
+        for impl, params, layer, grad_out, _ in bench_train.steps(shape, tokens):
             if impl != "ogsgen":
                 params.clear()
                 continue

@@ -27,7 +27,7 @@ def main():
     args = parser.parse_args()
     name, tokens = args.case.rsplit(":", 1)
     lines = []
-    for impl, params, layer, grad_out in bench_train.steps(name, int(tokens)):
+    for impl, params, layer, grad_out, _ in bench_train.steps(name, int(tokens)):
         def step():
             for p in params:
                 p.grad = None

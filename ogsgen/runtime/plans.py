@@ -226,7 +226,10 @@ def build(rec: Recording, tensors: list, result, guard=None) -> Plan | None:
                     index = slot(value.base)
                     if index is None:
                         return None
-                    descriptors.append((position, index, value))
+                    # kept without its base: the plan outlives the call, whose tensors must not
+                    recorded = object.__new__(TensorDescriptor)
+                    recorded.__dict__.update(value.__dict__, base=None)
+                    descriptors.append((position, index, recorded))
                     value = None
                 elif not isinstance(value, _CONSTANT_TYPES):
                     return None
