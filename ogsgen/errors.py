@@ -1,4 +1,7 @@
 """Exceptions raised by ogsgen. Each message names the offending argument and says how to fix it."""
+import os
+import sys
+import warnings
 
 
 class OgsgenError(Exception):
@@ -52,3 +55,14 @@ def did_you_mean(name: str, candidates) -> str:
 
     close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
     return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def warn_at_caller(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` pointing at the user's line: the first frame outside ogsgen and torch (a differentiable
+    call passes through torch's autograd and custom-op frames, so no fixed stack level finds it)."""
+    internal = tuple(os.path.dirname(sys.modules[name].__file__) + os.sep for name in ("ogsgen", "torch")
+                     if name in sys.modules)
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(internal):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

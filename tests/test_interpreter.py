@@ -52,6 +52,7 @@ def test_an_uncorrected_interpreter_warns_once(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert max(float(v) for v in result.stdout.split()) > 1e3  # the uncorrected results are wrong...
     assert result.stderr.count("OGSGEN_INTERPRETER_FIXES=0 keeps it uncorrected") == 1, result.stderr  # ...and said
+    assert "<string>:5: RuntimeWarning" in result.stderr  # at the caller's line (the matmul_ogs call)
 
 
 # A user's own kernel, tested with pytest: the plugin corrects the interpreter before the test runs.

@@ -477,3 +477,21 @@ def test_k_contiguous_weights_warn_once_at_prefill_sizes(device, monkeypatch):
         if warns:
             message = str(warned[0].message)
             assert "w is K-contiguous" in message and "prepare_expert_weights" in message
+            assert warned[0].filename == __file__  # the caller's line, not one inside ogsgen
+
+
+def test_the_k_contiguous_warning_names_the_callers_line_under_autograd(device, monkeypatch):
+    """A call that needs gradients goes through torch's autograd and custom-op frames: the warning still points at
+    the caller's line."""
+    import warnings
+    from ogsgen.runtime import matmul
+    monkeypatch.setattr(matmul, "_warned_k_contiguous", False)
+    n_expts, width, tokens = 4, 16, 4096
+    w = torch.randn(n_expts, width, width, device=device).bfloat16().mT.contiguous().mT.requires_grad_()
+    rd, gi, _ = routing(torch.randn(tokens, n_expts, device=device), 2)
+    x = torch.randn(tokens, width, device=device).bfloat16()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi)
+    warned = [c for c in caught if issubclass(c.category, ogsgen.PerformanceWarning)]
+    assert len(warned) == 1 and warned[0].filename == __file__, [(c.filename, c.lineno) for c in warned]

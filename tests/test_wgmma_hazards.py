@@ -309,8 +309,9 @@ def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch, de
     # (checked too); later calls with the same parameters go straight to it.
     launches = _simulate_hopper(monkeypatch, lambda args, options: None if args["WAIT_MMA"] else _hazard())
     call = _mx_call(device, hopper=False)
-    with pytest.warns(RuntimeWarning, match="ptxas let the next K step .* wait for each wgmma"):
+    with pytest.warns(RuntimeWarning, match="ptxas let the next K step .* wait for each wgmma") as warned:
         call()
+    assert warned[0].filename == __file__  # the caller's line, not one inside ogsgen
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         plans.clear()  # the checked path again, which finds the replacement

@@ -20,13 +20,13 @@ interpreter as it is, with a warning when a kernel of a format it gets wrong run
 plugin installs them when a session starts under the interpreter, so that a user's own kernels are corrected too.
 """
 import os
-import warnings
 
 import numpy as np
 import torch
 import triton.language as tl
 from triton.runtime import interpreter
 
+from ..errors import warn_at_caller
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
 from .jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E2M1_WORD_TO_BF16_SMALL_SCALES, REQUEST_WGMMA_WAITS
 from .layouts import WORD_BITS
@@ -157,7 +157,7 @@ def prepare(elements) -> None:
         install()
     elif not installed() and not _warned and _MISREAD_ELEMENTS.intersection(elements):
         _warned = True
-        warnings.warn("ogsgen: Triton's interpreter computes bf16 dots, fp32->bf16/fp8 casts and inline PTX wrongly, "
-                      "and OGSGEN_INTERPRETER_FIXES=0 keeps it uncorrected: results of bf16, fp8 and mxfp4 kernels on "
-                      "the CPU will be wrong. Unset it, or call ogsgen.testing.install_interpreter_fixes().",
-                      RuntimeWarning, stacklevel=4)
+        warn_at_caller("ogsgen: Triton's interpreter computes bf16 dots, fp32->bf16/fp8 casts and inline PTX wrongly, "
+                       "and OGSGEN_INTERPRETER_FIXES=0 keeps it uncorrected: results of bf16, fp8 and mxfp4 kernels on "
+                       "the CPU will be wrong. Unset it, or call ogsgen.testing.install_interpreter_fixes().",
+                       RuntimeWarning)

@@ -3,14 +3,14 @@ parameters, build the kernels' arguments and launch them; repeated calls replay 
 from __future__ import annotations
 
 import contextlib
-import warnings
 from functools import lru_cache
 
 import torch
 from triton.runtime.errors import OutOfResources
 
 from ..devices import target
-from ..errors import PerformanceWarning, SpecError, SpecTypeError, UnsupportedError, VariantNotBuiltError
+from ..errors import (PerformanceWarning, SpecError, SpecTypeError, UnsupportedError, VariantNotBuiltError,
+                      warn_at_caller)
 from ..moe import checks as routing_checks
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics import interpreter
@@ -103,10 +103,10 @@ def _launch_hazard_free(variant: KernelVariant, call: Call, flags, binary: tuple
     _REPLACED[(flags, binary)] = replacement
     loader.log.info("%s; launch parameters %s now run as %s", hazard, flags, replacement)
     if len(_REPLACED) == 1:  # once per process; each configuration is logged on the ogsgen logger
-        warnings.warn(f"ogsgen: {hazard}. ptxas let the next K step overwrite registers a wgmma still reads "
-                      f"(triton-lang/triton#9433); MX-weight kernels where this happens now run a tile whose "
-                      f"binary is clean or wait for each wgmma instead (correct, sometimes slower). Triton 3.9 "
-                      f"compiles them without the hazard.", RuntimeWarning, stacklevel=4)
+        warn_at_caller(f"ogsgen: {hazard}. ptxas let the next K step overwrite registers a wgmma still reads "
+                       f"(triton-lang/triton#9433); MX-weight kernels where this happens now run a tile whose "
+                       f"binary is clean or wait for each wgmma instead (correct, sometimes slower). Triton 3.9 "
+                       f"compiles them without the hazard.", RuntimeWarning)
 
 
 # (opt flags, launcher.binary_key) of MX binaries with the wgmma register hazard -> the flags their calls run
@@ -226,11 +226,11 @@ def _warn_k_contiguous_once(w):
     if _warned_k_contiguous:
         return
     _warned_k_contiguous = True
-    warnings.warn(f"ogsgen: w is K-contiguous (strides {tuple(w.stride())}: an (E, N, K) tensor viewed as (E, K, N), "
-                  f"as nn.Linear and vLLM store expert weights); prefill-sized MoE calls run 3-7% slower than with "
-                  f"N-contiguous w (docs/performance.md, 'Weight layouts'). Lay the weights out once at load time: "
-                  f"ogsgen.prepare_expert_weights(weight, layout='out_in'), or w.contiguous() of the (E, K, N) "
-                  f"view. (Warned once per process.)", PerformanceWarning, stacklevel=5)
+    warn_at_caller(f"ogsgen: w is K-contiguous (strides {tuple(w.stride())}: an (E, N, K) tensor viewed as (E, K, N), "
+                   f"as nn.Linear and vLLM store expert weights); prefill-sized MoE calls run 3-7% slower than with "
+                   f"N-contiguous w (docs/performance.md, 'Weight layouts'). Lay the weights out once at load time: "
+                   f"ogsgen.prepare_expert_weights(weight, layout='out_in'), or w.contiguous() of the (E, K, N) "
+                   f"view. (Warned once per process.)", PerformanceWarning)
 
 
 def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
