@@ -152,7 +152,8 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
     if (itemsize == 2 and w_mx_layout is None and n_expts is not None and m < n_expts and not x_gathered
             and n >= 256 and k >= 256 and can_persist and m * n * k * itemsize >= _HOST_HIDING_W_BYTES):
         # Fewer rows than experts (decode), read in place: the persistent TMA kernel streams W faster, where W
-        # outlasts the eager call's host time (docs/heuristics.md, "Decode, rows read in place").
+        # outlasts the eager call's host time; gathered rows keep the tiled kernel, as fast or faster there
+        # (docs/heuristics.md, "Decode, rows read in place").
         return OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=4, persistent=True)
     block_n = 128 if n > 64 else max(16, triton.next_power_of_2(max(n, 1)))
     # 128 bytes of K per row of a tile: 64 for 16-bit operands, 32 for fp32. At least 16 (tl.dot), and 32 for an
@@ -192,7 +193,7 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
         block_n = 256
         block_k, num_warps, num_stages = (32, 8, 5) if block_m == 128 else (64, 4, 4)
         if can_persist:
-            # The persistent TMA kernel is faster still, gathered x copied into row order first included.
+            # The persistent TMA kernel is faster still, with gathered x too (it gathers the rows by pointer loads).
             return OptFlags(128, 256, 64, group_m=8, num_warps=8, num_stages=3, persistent=True)
     if (itemsize == 2 and w_mx_layout is None and n_expts is None and 64 <= block_m and m <= 512 and n > 128
             and k >= 256 and can_persist and not fills_gpu):
@@ -289,7 +290,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     on the rows around it. ``persistent_blocker``: None when the call may use the variant's persistent
     TMA kernel, else why not (the error message for a ``persistent=True`` constraint).
     ``mx_scales_n_contiguous``: MX scales stored with N contiguous (their tiles differ on Hopper).
-    ``x_gathered``: rows read through a gather index (the persistent kernel copies them first).
+    ``x_gathered``: rows read through a gather index (decode keeps its tiled kernel for them, docs/heuristics.md).
     ``split_is_free``: split partials would be summed by a reduce the call launches anyway (a top-k combine).
     ``w_k_major``: a plain 16-bit w stored K-contiguous (its last stride is not 1).
     """
