@@ -16,6 +16,7 @@ the store descriptor (y, written once per tile).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import sys
 from pathlib import Path
@@ -41,7 +42,17 @@ def encoder(promotion: str):
     module = compile_module_from_src(src=source, name="cuda_utils",  # the name its PyInit_ carries; its own cache path
                                      library_dirs=nvidia_driver.library_dirs(),
                                      include_dirs=nvidia_driver.include_dirs, libraries=nvidia_driver.libraries)
-    return module.fill_tma_descriptor
+    original, patched = nvidia_driver.CudaUtils().fill_tma_descriptor, module.fill_tma_descriptor
+    offset = 128  # of the CUtensorMap in its Python object: PyObject_HEAD, then 128-byte alignment (driver.c)
+
+    def fill(*args):
+        # The launcher takes only the original module's PyCUtensorMap type: the patched map's bytes go into one.
+        target, source = original(*args), patched(*args)
+        if ctypes.string_at(id(target) + offset, 128) == ctypes.string_at(id(source) + offset, 128):
+            raise RuntimeError(f"the {promotion} encoding equals the 128-byte one: the promotion did not apply")
+        ctypes.memmove(id(target) + offset, id(source) + offset, 128)
+        return target
+    return fill
 
 
 def instance(name, tokens, weight_format, fill, utils):
