@@ -40,7 +40,10 @@ def encoder(promotion: str):
     default = "CU_TENSOR_MAP_L2_PROMOTION_L2_128B"
     assert source.count(default) == 1, "this Triton's driver.c is not the one this probe was written for"
     source = source.replace(default, f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}")
-    module = compile_module_from_src(src=source, name="cuda_utils",  # the name its PyInit_ carries; its own cache path
+    # A module of its own name (Python keeps one extension module per name: the same name loads the original)
+    name = f"cuda_utils_{promotion.lower()}"
+    source = source.replace("PyInit_cuda_utils(", f"PyInit_{name}(").replace('"cuda_utils",', f'"{name}",')
+    module = compile_module_from_src(src=source, name=name,
                                      library_dirs=nvidia_driver.library_dirs(),
                                      include_dirs=nvidia_driver.include_dirs, libraries=nvidia_driver.libraries)
     original, patched = nvidia_driver.CudaUtils().fill_tma_descriptor, module.fill_tma_descriptor
