@@ -40,3 +40,31 @@ def test_a_ragged_descriptor_names_its_row_limit():
     huge = torch.empty(1, 8).expand(RAGGED_ROWS_BOUND, 8)
     with pytest.raises(ValueError, match="fewer than 1073741824 rows"):
         ragged_rows_descriptor(huge, 8, 8)
+
+
+@pytest.mark.parametrize("k_contiguous", [True, False])
+def test_a_k_contiguous_w_asks_for_256_byte_l2_promotion(k_contiguous, monkeypatch):
+    """Its tile rows are 128 bytes along K, the next K step's in the next 128: the persistent kernel's W descriptor
+    asks for 256-byte L2 promotion (honoured where ogsgen encodes descriptors: Triton 3.6 on the GPU)."""
+    import ogsgen
+    from ogsgen.runtime import descriptors, launcher
+
+    seen = []
+    launch = launcher.launch
+
+    def spy(kernel, grid, args, *rest, **options):
+        seen.extend(value for name, value in args.items() if name == "WDesc")
+        return launch(kernel, grid, args, *rest, **options)
+    monkeypatch.setattr(launcher, "launch", spy)
+    torch.manual_seed(0)
+    x = torch.randn(20, 64).bfloat16()
+    w = torch.randn(2, 48, 64).bfloat16().mT if k_contiguous else torch.randn(2, 64, 48).bfloat16()
+    rd, gi, _ = ogsgen.routing(torch.randn(20, 2), 2)
+    with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=32, num_warps=4,
+                                      num_stages=2):
+        y = ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi)
+    torch.testing.assert_close(y.float(), ogsgen.matmul_ogs_torch(x, w, None, rd, gather_indx=gi).float(),
+                               atol=2e-2, rtol=2e-2)
+    assert len(seen) == 1
+    expected = descriptors._L2_PROMOTION_256B if k_contiguous else None
+    assert getattr(seen[0], "l2_promotion", None) == expected

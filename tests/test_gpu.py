@@ -347,3 +347,47 @@ def test_routing_device_asserts(case, message):
     output = result.stdout + result.stderr  # the device prints the failed assert (CUDA's printf buffer)
     assert result.returncode != 0 and "no error" not in result.stdout, output
     assert message in output, output[-3000:]
+
+
+def _tensor_map_bytes(tensor_map) -> bytes:
+    import ctypes
+
+    from ogsgen.runtime import descriptors
+    return ctypes.string_at(id(tensor_map) + descriptors._TENSOR_MAP_OFFSET, descriptors._TENSOR_MAP_BYTES)
+
+
+def test_k_contiguous_w_is_encoded_with_256_byte_l2_promotion():
+    """From a binary's second launch ogsgen encodes its TMA descriptors (Triton 3.6): a K-contiguous w's map is
+    Triton's but for a 256-byte L2 promotion, and the call's result is the first launch's, bit for bit."""
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from ogsgen.runtime import descriptors, launcher, plans
+    if launcher._RELEASE != (3, 6) or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("ogsgen encodes TMA descriptors itself on Triton 3.6, for GPUs with TMA")
+    torch.manual_seed(0)
+    tokens, n_expts, k, n = 512, 8, 512, 1024
+    x = torch.randn(tokens, k, device="cuda").bfloat16()
+    w = torch.randn(n_expts, n, k, device="cuda").bfloat16().mT  # K-contiguous
+    rd, gi, _ = ogsgen.routing(torch.randn(tokens, n_expts, device="cuda"), 2)
+    plans.clear()
+    launcher._compiled.clear()
+    launcher._launch_again.clear()
+    with ogsgen.opt_flags_constraints(persistent=True, block_m=128, block_n=256, block_k=64, num_warps=8,
+                                      num_stages=3):
+        first = ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi)  # Triton's launch, Triton's encodings
+        second = ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi)  # ogsgen's
+    assert torch.equal(first, second)
+    (key, compiled), = [(key, c) for key, c in launcher._compiled.items() if c.name.endswith("_persistent")]
+    encoded = next(cell.cell_contents.__self__ for cell in launcher._launch_again[key].__closure__
+                   if getattr(cell.cell_contents, "__name__", "") == "expand")
+    w_position = compiled.src.fn.arg_names.index("WDesc")
+    meta = encoded.metas[encoded.positions.index(w_position)]
+    assert list(meta["block_size"]) == [1, 256, 64]
+    (encoding,) = encoded.cache[encoded.positions.index(w_position)].values()
+    tritons = make_tensordesc_arg(TensorDescriptor.from_tensor(w.mT, [1, 256, 64]), meta)
+    assert _tensor_map_bytes(encoding[0]) != _tensor_map_bytes(tritons[0]), "the map kept Triton's promotion"
+    # Triton's map re-encoded by ogsgen with the promotion asked for gives the map the call used
+    assert descriptors.apply_l2_promotion(tritons, descriptors.prefetch_rows(
+        TensorDescriptor.from_tensor(w.mT, [1, 256, 64])), meta)
+    assert _tensor_map_bytes(tritons[0]) == _tensor_map_bytes(encoding[0])

@@ -15,7 +15,7 @@ from ..spec import kernel_abi
 from ..spec.variant import KernelVariant
 from ..types import Epilogue, FusedActivation, FusedComm, InnerRoutingData, PrecisionConfig, RoutingData
 from . import loader, memory
-from .descriptors import ragged_rows_descriptor
+from .descriptors import prefetch_rows, ragged_rows_descriptor
 from .opt_flags import OptFlags, reduce_tile, row_tiles
 
 
@@ -98,7 +98,9 @@ class MatmulInputs:
     def w_desc(self) -> TensorDescriptor:
         w3, flags = _as_3d(self.call.w), self.flags
         if self.w_k_major:
-            return TensorDescriptor.from_tensor(w3.mT, [1, flags.block_n, flags.block_k])
+            descriptor = TensorDescriptor.from_tensor(w3.mT, [1, flags.block_n, flags.block_k])
+            # Tile rows of 128 bytes along K, the next K step's in the next 128: fetched into L2 256 bytes at a time
+            return prefetch_rows(descriptor) if flags.block_k * w3.element_size() <= 128 else descriptor
         return TensorDescriptor.from_tensor(w3, [1, flags.block_k, flags.block_n])
 
     @property

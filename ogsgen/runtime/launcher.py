@@ -22,6 +22,8 @@ from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from .descriptors import apply_l2_promotion
+
 # CompiledKernel.run(grid x, y, z, stream, function, packed metadata, launch metadata, enter hook, exit hook,
 # *arguments): the convention of the releases whose runtime/jit.py was read (3.6, 3.9); others are not assumed.
 _CHECKED_RELEASES = ((3, 6), (3, 9))
@@ -204,6 +206,7 @@ class _EncodedDescriptors:
                 if len(cache) >= self._MAX_PER_DESCRIPTOR:
                     cache.clear()
                 encoding = cache[key] = self.encode(descriptor, meta)
+                apply_l2_promotion(encoding, descriptor, meta)  # where descriptors.prefetch_rows asked for it
             args.extend(values[start:position])
             args.extend(encoding)
             start = position + 1
