@@ -1,4 +1,5 @@
-"""TMA descriptors of the persistent kernels' operands.
+"""TMA descriptors of the persistent kernels' operands: ragged row descriptors, and the L2 promotion of a
+K-contiguous w's (at the end).
 
 A ragged descriptor describes a 2-D tensor of rows that the kernel reads and writes in slices (an expert's rows)
 whose ends it names per access, so that TMA clips each access at its slice's end: rows past it load as zeros
@@ -37,7 +38,8 @@ def ragged_rows_descriptor(t: torch.Tensor, block_rows: int, block_cols: int) ->
 # L2 promotion (CUtensorMapL2promotion): how many bytes L2 fetches from memory around each row a TMA load reads.
 # Triton encodes 128 for every descriptor. A K-contiguous w's tile rows are 128 bytes (64 16-bit values along K)
 # and the next K step reads the next 128 bytes of the same rows; fetched 256 bytes at a time they are in L2 when
-# that step asks: K-contiguous prefill 4-6% faster at T=2048, as fast as N-contiguous W (bench/results/2026-12-03r-l2).
+# that step asks: K-contiguous prefill 2-6% faster at T=2048, within 0-3% of N-contiguous W (bench/results/
+# 2026-12-03r-l2).
 _L2_PROMOTION_128B, _L2_PROMOTION_256B = 2, 3
 _TENSOR_MAP_OFFSET = 128  # of the CUtensorMap in Triton 3.6's PyCUtensorMap object: PyObject_HEAD, then 128-aligned
 _TENSOR_MAP_BYTES = 128
@@ -104,11 +106,10 @@ _encoder = _TensorMapEncoder()
 def apply_l2_promotion(encoding: list, descriptor: TensorDescriptor, meta: dict) -> bool:
     """Re-encode the map of Triton 3.6's ``make_tensordesc_arg`` ``encoding`` ([map, *shape, *strides]) of
     ``descriptor`` with the promotion :func:`prefetch_rows` asked for; whether it did (False: Triton's map)."""
-    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
-
     promotion = getattr(descriptor, "l2_promotion", None)
     if promotion is None:
         return False
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST  # Triton 3.6's, as its encoder uses it
     rank = len(descriptor.shape)
     shape, strides = encoding[1:1 + rank], encoding[1 + rank:1 + 2 * rank]
     return _encoder.promote(encoding[0], descriptor.base.data_ptr(), TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
