@@ -71,3 +71,19 @@ def test_a_k_contiguous_w_asks_for_256_byte_l2_promotion(k_contiguous, device, m
     assert len(seen) == 1
     expected = descriptors._L2_PROMOTION_256B if k_contiguous else None
     assert getattr(seen[0], "l2_promotion", None) == expected
+
+
+def test_without_a_reachable_driver_library_triton_s_maps_stand(monkeypatch):
+    """The L2 promotion is a hint: where libcuda cannot be opened by its name, the map Triton encoded is used as
+    it is, and the launch goes on."""
+    import ctypes
+
+    from ogsgen.runtime import descriptors
+
+    def unreachable(name, *args, **kwargs):
+        raise OSError(f"{name}: cannot open shared object file")
+    monkeypatch.setattr(ctypes, "CDLL", unreachable)
+    encoder = descriptors._TensorMapEncoder()
+    meta = dict(elem_size=2, block_size=[1, 256, 64], swizzle=3)
+    assert not encoder.promote(object(), 0, 10, meta, [8, 1024, 512], [524288, 512, 1], False,
+                               descriptors._L2_PROMOTION_256B)

@@ -61,15 +61,21 @@ class _TensorMapEncoder:
         self._encode_tiled = None
 
     def _function(self):
+        """cuTensorMapEncodeTiled of the driver library Triton's launcher loaded; None where that library is not
+        reachable by its name (Triton's maps then stand)."""
         if self._encode_tiled is None:
-            function = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
-            function.restype = ctypes.c_int
-            function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
-                                 ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
-                                 ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32), ctypes.c_int,
-                                 ctypes.c_int, ctypes.c_int, ctypes.c_int]
-            self._encode_tiled = function
-        return self._encode_tiled
+            try:
+                function = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+            except (OSError, AttributeError):
+                self._encode_tiled = False
+            else:
+                function.restype = ctypes.c_int
+                function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
+                                     ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
+                                     ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32), ctypes.c_int,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_int]
+                self._encode_tiled = function
+        return self._encode_tiled or None
 
     def _encode(self, address, host_type, global_address, meta, shape, strides, padding, promotion) -> bool:
         rank, elem_size = len(shape), meta["elem_size"]
@@ -85,6 +91,8 @@ class _TensorMapEncoder:
     def promote(self, tensor_map, global_address: int, host_type: int, meta: dict, shape, strides,
                 padding: bool, promotion: int) -> bool:
         """Re-encode Triton's ``tensor_map`` (a PyCUtensorMap) in place with ``promotion``; whether it was."""
+        if self._function() is None:
+            return False
         encoded = ctypes.string_at(id(tensor_map) + _TENSOR_MAP_OFFSET, _TENSOR_MAP_BYTES)
         scratch = ctypes.create_string_buffer(_TENSOR_MAP_BYTES + 64)  # once per address: its own buffer per call
         scratch_address = -(-ctypes.addressof(scratch) // 64) * 64  # a CUtensorMap is 64-byte aligned
