@@ -216,8 +216,8 @@ _SAME_ALLOWED = ((5, 6),)
 
 
 # MoE calls of this many rows and more (prefill) ran 3-7% slower with K-contiguous W than with N-contiguous W in the
-# bench, 0-3% since ogsgen encodes the weight's TMA descriptor with a 256-byte L2 promotion on Triton 3.6
-# (docs/performance.md, "Weight layouts"); decode rows ran as fast.
+# bench; 0-2% (up to 5% against its fastest run) since ogsgen encodes the weight's TMA descriptor with a 256-byte L2
+# promotion on Triton 3.6 (docs/performance.md, "Weight layouts"); decode rows ran as fast.
 _K_CONTIGUOUS_WARN_ROWS = 8192
 _warned_k_contiguous = False
 
@@ -229,7 +229,7 @@ def _warn_k_contiguous_once(w):
     _warned_k_contiguous = True
     warn_at_caller(f"ogsgen: w is K-contiguous (strides {tuple(w.stride())}: an (E, N, K) tensor viewed as (E, K, N), "
                    f"as nn.Linear and vLLM store expert weights); prefill-sized MoE calls run up to 7% slower than "
-                   f"with N-contiguous w (0-3% on Triton 3.6; docs/performance.md, 'Weight layouts'). Lay the weights "
+                   f"with N-contiguous w (0-5% on Triton 3.6; docs/performance.md, 'Weight layouts'). Lay the weights "
                    f"out once at load time: ogsgen.prepare_expert_weights(weight, layout='out_in'), or w.contiguous() "
                    f"of the (E, K, N) view. (Warned once per process.)", PerformanceWarning)
 
