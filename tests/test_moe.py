@@ -456,10 +456,18 @@ def test_default_catalog_has_the_moe_models_variants():
         assert name in DEFAULT, name
 
 
+def _performance_warnings(call) -> tuple[list, list]:
+    """(every warning ``call`` raised, the ogsgen.PerformanceWarnings among them)."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return caught, [c for c in caught if issubclass(c.category, ogsgen.PerformanceWarning)]
+
+
 def test_k_contiguous_weights_warn_once_at_prefill_sizes(device, monkeypatch):
     """A 16-bit MoE w stored K-contiguous ((E, N, K) viewed as w.mT) costs prefill-sized calls speed: one warning
     per process names the fix; N-contiguous weights and decode-sized calls get none."""
-    import warnings
     from ogsgen.runtime import matmul
     monkeypatch.setattr(matmul, "_warned_k_contiguous", False)
     n_expts, width = 4, 16
@@ -469,10 +477,7 @@ def test_k_contiguous_weights_warn_once_at_prefill_sizes(device, monkeypatch):
                                   (4096, w_k_major, False)):
         rd, gi, _ = routing(torch.randn(tokens, n_expts, device=device), 2)
         x = torch.randn(tokens, width, device=device).bfloat16()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            ogsgen.matmul_ogs(x, weight, None, rd, gather_indx=gi)
-        warned = [c for c in caught if issubclass(c.category, ogsgen.PerformanceWarning)]
+        caught, warned = _performance_warnings(lambda: ogsgen.matmul_ogs(x, weight, None, rd, gather_indx=gi))
         assert len(warned) == warns, (tokens, weight.stride(), [str(c.message) for c in caught])
         if warns:
             message = str(warned[0].message)
@@ -483,15 +488,11 @@ def test_k_contiguous_weights_warn_once_at_prefill_sizes(device, monkeypatch):
 def test_the_k_contiguous_warning_names_the_callers_line_under_autograd(device, monkeypatch):
     """A call that needs gradients goes through torch's autograd and custom-op frames: the warning still points at
     the caller's line."""
-    import warnings
     from ogsgen.runtime import matmul
     monkeypatch.setattr(matmul, "_warned_k_contiguous", False)
     n_expts, width, tokens = 4, 16, 4096
     w = torch.randn(n_expts, width, width, device=device).bfloat16().mT.contiguous().mT.requires_grad_()
     rd, gi, _ = routing(torch.randn(tokens, n_expts, device=device), 2)
     x = torch.randn(tokens, width, device=device).bfloat16()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi)
-    warned = [c for c in caught if issubclass(c.category, ogsgen.PerformanceWarning)]
+    _, warned = _performance_warnings(lambda: ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi))
     assert len(warned) == 1 and warned[0].filename == __file__, [(c.filename, c.lineno) for c in warned]
