@@ -59,6 +59,15 @@ def test_decode_tiles_of_k_contiguous_16_bit_moe_weights_take_128_deep_k_steps()
     assert (dense.block_k, dense.num_warps) == (64, 8)  # dense calls: not measured, unchanged
 
 
+def test_32_row_tiles_of_k_contiguous_16_bit_moe_weights_take_128_deep_k_steps():
+    # Qwen3-30B-A3B w1 T=256 K-contiguous (16 rows per expert): 32x128x128x4x3 194.8 us against 202.0 for
+    # 32x128x64x4x4; N-contiguous 193.1 against 190.8, so it keeps 64 (bench/results/2026-12-04d-tiles)
+    assert _tile(_qwen3_w1(256, k_major=True))[:5] == (32, 128, 128, 4, 3)
+    assert _tile(_qwen3_w1(256))[:5] == (32, 128, 64, 4, 4)
+    dense = make_opt_flags(2, 1, 32, 1536, 2048, 1, None, 0, True, 132, w_k_major=True)
+    assert dense.block_k == 64  # dense calls: not measured, unchanged
+
+
 def test_k_contiguous_decode_tiles_take_64_columns_where_128_leave_the_last_wave_mostly_idle():
     # gpt-oss w1 T=1 K-contiguous (4 rows: 180 tiles of 128 columns on 132 SMs, wave fill 0.68; 360 of 64, 0.91):
     # 16x64x128x4x4 35.1-36.1 us against 38.1-38.5 for 16x128x128x4x4, in two sweeps; at T=8 and 32 (1440 and 5760

@@ -178,6 +178,10 @@ def _heuristic(itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split, n_
                 block_n = 64
     stage_bytes = (block_m + block_n) * block_k * itemsize
     num_stages = max(2, min(4, (160 * 1024) // stage_bytes))
+    if itemsize == 2 and w_mx_layout is None and block_m == 32 and w_k_major and n_expts is not None and k >= 128:
+        # 32-row tiles of a K-contiguous MoE W step 128 deep too: 256 bytes of each W row per step, not 128
+        # (docs/heuristics.md, "K-contiguous W")
+        block_k, num_stages = 128, 3
     wide_tiles = batch * row_tiles(m, block_m, n_expts) * triton.cdiv(n, 256)
     fills_gpu = n_sms is None or wide_tiles >= n_sms
     if (itemsize == 2 and w_mx_layout is None and n_expts is None and block_m == 128 and n > 128 and k >= 256
