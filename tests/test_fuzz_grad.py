@@ -56,7 +56,7 @@ def cases(draw):
     case = dict(mode=mode, dtype=draw(st.sampled_from(sorted(DTYPES))), seed=draw(st.integers(0, 2**31 - 1)),
                 m=draw(st.integers(1, MAX_M)), k=draw(st.integers(1, MAX_K)), n=2 * draw(st.integers(1, MAX_HALF_N)),
                 out_alpha=draw(st.sampled_from([None, 0.5, 1.75])), gammas=draw(st.booleans()),
-                activation=mode != "scatter" and draw(st.booleans()),
+                activation=draw(st.booleans()),
                 # w as stored (K, N) rows, or K-contiguous: the transposed view of nn.Linear's and vLLM's (N, K)
                 w_k_contiguous=draw(st.booleans()))
     if mode in ("sorted", "gather", "scatter"):
@@ -133,13 +133,14 @@ def _reference_activation(case, magnitude=False):
     """The reference's activation: SwiGLU of the pre-activation rounded to the operands' dtype, or with ``magnitude``
     its absolute value (the identity's, without an activation).
 
-    A differentiated call with a built-in activation stores its pre-activation in the output dtype, as torch's
-    autograd of a 16-bit layer keeps it, and differentiates there; SwiGLU's clamps make the gradient jump where that
+    A differentiated call with a built-in activation and no scatter stores its pre-activation in the output dtype,
+    as torch's autograd of a 16-bit layer keeps it, and differentiates there (with a scatter it recomputes it in
+    fp32); SwiGLU's clamps make the gradient jump where that
     rounding moves a value across the limit (7.0 rounds to 7.0 in bf16, 7.006 too)."""
-    dtype = DTYPES[case["dtype"]]
+    stored = DTYPES[case["dtype"]] if case["mode"] != "scatter" else torch.float32  # (a scatter's z is recomputed)
 
     def reference(z, alpha, limit):
-        out = ogsgen.swiglu_torch(z.to(dtype).float(), alpha, limit) if case["activation"] else z
+        out = ogsgen.swiglu_torch(z.to(stored).float(), alpha, limit) if case["activation"] else z
         return out.abs() if magnitude else out
     specs = dataclasses.replace(SWIGLU.specs, reference=reference,
                                 reduction_n=SWIGLU.specs.reduction_n if case["activation"] else 1)
