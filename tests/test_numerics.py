@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import ogsgen
 from ogsgen import FusedActivation
@@ -12,6 +14,7 @@ from cases import run_case, run_moe_case
 from ogsgen.moe import routing_from_topk
 from ogsgen.runtime import loader
 from ogsgen.runtime.matmul import launch
+from ogsgen.testing import assert_close
 
 DEFAULT = default_catalog().by_name()
 DENSE = {name: v for name, v in DEFAULT.items()
@@ -316,3 +319,51 @@ def test_zero_reduction_dim_with_transposed_empty_x(device):
 
 def test_canonical_names_cover_the_catalog():
     assert all(canonical_name(v) == name for name, v in DEFAULT.items())
+
+
+def _row_and_column_torch(tile, rows, cols, a):
+    return torch.where((cols % 3 == 0)[None, :], tile * 2.0, tile.abs()) + a * (rows[:, None] % 5) - cols[None, :] / 64
+
+
+@ogsgen.register_epilogue(arg_names=("a",), reference=_row_and_column_torch)
+@triton.jit
+def _row_and_column(tile, offs_m, offs_n, mask, a):
+    # nonlinear, and different for each output row and column: a kernel path that hands the epilogue other rows
+    # or columns than y's, or runs it before a top-k sum, gives other values
+    tile = tl.where((offs_n % 3 == 0)[None, :], tile * 2.0, tl.abs(tile))
+    return tile + a * (offs_m[:, None] % 5).to(tl.float32) - offs_n[None, :].to(tl.float32) / 64
+
+
+ROW_AND_COLUMN = ogsgen.Epilogue(_row_and_column, (0.25,))
+
+
+@pytest.mark.usefixtures("kernels_on_demand")
+@pytest.mark.parametrize("constraints", [{}, {"persistent": True}, {"split_k": 2}], ids=["tiled", "persistent",
+                                                                                         "split_k"])
+@pytest.mark.parametrize("call", ["dense", "batched", "sorted-top2", "gather-top2", "scatter-top1",
+                                  "gather-scatter-top2"])
+def test_epilogue_sees_y_rows_and_columns_on_every_kernel_path(call, constraints, device):
+    """A user epilogue gets y's row and column indices (after the scatter, in the reduce kernel after a top-k sum or
+    split K) on the tiled, persistent and split-K paths, with w stored K-contiguous."""
+    m, k, n, n_expts = 40, 32, 48, 4
+    torch.manual_seed(0)
+    mode, _, top = call.rpartition("-top")
+    k_act = int(top) if top.isdigit() else 1
+    mode = mode or call
+    if mode == "scatter" and k_act == 1 and "split_k" in constraints:
+        pytest.skip("split K does not take a scatter of one expert per token (tested in test_bad_inputs)")
+    lead = {"dense": (), "batched": (2,)}.get(mode, (n_expts,))  # w's batch entries or experts
+    w = (torch.randn(*lead, n, k, device=device) / k ** 0.5).bfloat16().mT  # K-contiguous
+    kwargs = {}
+    if mode in ("dense", "batched"):
+        x = torch.randn(*lead, m, k, device=device).bfloat16()
+    else:
+        rd, gi, si = ogsgen.routing(torch.randn(m, n_expts, device=device), k_act)
+        kwargs = dict(routing_data=rd, gather_indx=gi if "gather" in mode else None,
+                      scatter_indx=si if "scatter" in mode else None)
+        x = torch.randn(m if "gather" in mode else m * k_act, k, device=device).bfloat16()
+    pc = ogsgen.PrecisionConfig(allow_tf32=False)
+    with ogsgen.opt_flags_constraints(**constraints):
+        y = ogsgen.matmul_ogs(x, w, None, epilogue=ROW_AND_COLUMN, precision_config=pc, **kwargs)
+    ref = ogsgen.matmul_ogs_torch(x.float(), w.float(), None, epilogue=ROW_AND_COLUMN, **kwargs)
+    assert_close(ref, y.float())
