@@ -337,21 +337,36 @@ def _row_and_column(tile, offs_m, offs_n, mask, a):
 ROW_AND_COLUMN = ogsgen.Epilogue(_row_and_column, (0.25,))
 
 
+def _pair_product_torch(tile, c):
+    return tile[:, 0::2] * torch.relu(tile[:, 1::2] + c)
+
+
+@ogsgen.register_activation(arg_names=("c",), reduction_n=2, reference=_pair_product_torch)
+@triton.jit
+def _pair_product(tile, c):
+    # a user's two-into-one activation (not SwiGLU): columns 2j and 2j + 1 make y's column j
+    first, second = tl.split(tl.reshape(tile, (tile.shape[0], tile.shape[1] // 2, 2)))
+    return first * tl.maximum(second + c, 0.0)
+
+
 @pytest.mark.usefixtures("kernels_on_demand")
+@pytest.mark.parametrize("activation", [None, FusedActivation(_pair_product, (0.5,))], ids=["", "pair_product"])
 @pytest.mark.parametrize("constraints", [{}, {"persistent": True}, {"split_k": 2}], ids=["tiled", "persistent",
                                                                                          "split_k"])
 @pytest.mark.parametrize("call", ["dense", "batched", "sorted-top2", "gather-top2", "scatter-top1",
                                   "gather-scatter-top2"])
-def test_epilogue_sees_y_rows_and_columns_on_every_kernel_path(call, constraints, device):
+def test_epilogue_sees_y_rows_and_columns_on_every_kernel_path(call, constraints, activation, device):
     """A user epilogue gets y's row and column indices (after the scatter, in the reduce kernel after a top-k sum or
-    split K) on the tiled, persistent and split-K paths, with w stored K-contiguous."""
+    split K) on the tiled, persistent and split-K paths, with w stored K-contiguous, after a user activation that
+    folds column pairs."""
     m, k, n, n_expts = 40, 32, 48, 4
     torch.manual_seed(0)
     mode, _, top = call.rpartition("-top")
     k_act = int(top) if top.isdigit() else 1
     mode = mode or call
-    if mode == "scatter" and k_act == 1 and "split_k" in constraints:
-        pytest.skip("split K does not take a scatter of one expert per token (tested in test_bad_inputs)")
+    if "scatter" in mode and "split_k" in constraints and (k_act == 1 or activation is not None):
+        pytest.skip("split K takes neither a scatter of one expert per token nor one after an activation "
+                    "(tested in test_bad_inputs)")
     lead = {"dense": (), "batched": (2,)}.get(mode, (n_expts,))  # w's batch entries or experts
     w = (torch.randn(*lead, n, k, device=device) / k ** 0.5).bfloat16().mT  # K-contiguous
     kwargs = {}
@@ -364,6 +379,8 @@ def test_epilogue_sees_y_rows_and_columns_on_every_kernel_path(call, constraints
         x = torch.randn(m if "gather" in mode else m * k_act, k, device=device).bfloat16()
     pc = ogsgen.PrecisionConfig(allow_tf32=False)
     with ogsgen.opt_flags_constraints(**constraints):
-        y = ogsgen.matmul_ogs(x, w, None, epilogue=ROW_AND_COLUMN, precision_config=pc, **kwargs)
-    ref = ogsgen.matmul_ogs_torch(x.float(), w.float(), None, epilogue=ROW_AND_COLUMN, **kwargs)
+        y = ogsgen.matmul_ogs(x, w, None, epilogue=ROW_AND_COLUMN, fused_activation=activation, precision_config=pc,
+                              **kwargs)
+    ref = ogsgen.matmul_ogs_torch(x.float(), w.float(), None, epilogue=ROW_AND_COLUMN, fused_activation=activation,
+                                  **kwargs)
     assert_close(ref, y.float())
