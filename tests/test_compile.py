@@ -17,8 +17,8 @@ def moe_layer(x, router_w, w1, b1, w2, b2):
     return ogsgen.matmul_ogs(h, w2, b2, rd, scatter_indx=si, gammas=rd.gate_scal)
 
 
-def _parameters(device, requires_grad=True):
-    tensors = (torch.randn(TOKENS, WIDTH, device=device).bfloat16(), torch.randn(WIDTH, N_EXPTS, device=device),
+def _parameters(device, requires_grad=True, tokens=TOKENS):
+    tensors = (torch.randn(tokens, WIDTH, device=device).bfloat16(), torch.randn(WIDTH, N_EXPTS, device=device),
                (torch.randn(N_EXPTS, WIDTH, 2 * HIDDEN, device=device) / 4).bfloat16(),
                torch.randn(N_EXPTS, 2 * HIDDEN, device=device),
                (torch.randn(N_EXPTS, HIDDEN, WIDTH, device=device) / 4).bfloat16(),
@@ -47,6 +47,27 @@ def test_fullgraph_moe_layer_matches_eager(device):
         # and from w1, summed in fp32 and rounded to bf16 once), so bf16 gradients may differ by a rounding
         torch.testing.assert_close(grad.float(), grad_eager.float(), atol=1e-2 * grad_eager.abs().max().item(), rtol=0)
         assert grad.abs().sum() > 0
+
+
+def test_token_counts_share_one_dynamic_graph(device):
+    """As a server compiles its MoE layer: with dynamic shapes, calls of other token counts reuse the graph (the ops'
+    fake implementations take symbolic sizes) and match eager."""
+    import torch._dynamo.testing
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    compiled = torch.compile(moe_layer, fullgraph=True, backend=counter, dynamic=True)
+    frames = []
+    for tokens in (16, 24, 9):
+        params = _parameters(device, tokens=tokens)
+        out, grads = _forward_backward(compiled, params)
+        out_eager, grads_eager = _forward_backward(moe_layer, params)
+        torch.testing.assert_close(out, out_eager, atol=0, rtol=0)
+        for grad, grad_eager in zip(grads, grads_eager):
+            torch.testing.assert_close(grad.float(), grad_eager.float(), atol=1e-2 * grad_eager.abs().max().item(),
+                                       rtol=0)
+        frames.append(counter.frame_count)
+    assert frames[1:] == frames[:1] * 2, f"compiled frames after each token count: {frames} (a recompile)"
 
 
 def test_custom_ops_pass_opcheck(device):
