@@ -47,17 +47,22 @@ def target(device: torch.device | int | None = None) -> Target:
     """The Target of a CUDA device (an index, a torch.device, or None for the current one)."""
     if isinstance(device, torch.device):
         device = device.index
-    return _target(torch.cuda.current_device() if device is None else device)
+    index = torch.cuda.current_device() if device is None else device
+    # torch.compile traces this (routing checks its tensors' device): Dynamo would trace through the cache wrapper
+    # and warn of "silent incorrectness" at a user's compile, so a traced call reads the device without it
+    return (_describe if torch.compiler.is_compiling() else _target)(index)
 
 
-@lru_cache(maxsize=None)
-def _target(index: int) -> Target:
+def _describe(index: int) -> Target:
     if torch.version.hip is not None:
         # ROCm's torch.cuda reports an MI300 as capability (9, 4), which would read as Hopper
         raise UnsupportedError(f"ogsgen's kernels are written for NVIDIA GPUs (PTX, TMA, wgmma); this torch runs on "
                                f"ROCm {torch.version.hip}: use triton_kernels or another ROCm MoE kernel there")
     properties = torch.cuda.get_device_properties(index)
     return Target(properties.name, (properties.major, properties.minor), properties.multi_processor_count)
+
+
+_target = lru_cache(maxsize=None)(_describe)
 
 
 def check_kernel_device(tensor: torch.Tensor, name: str) -> None:

@@ -1,6 +1,8 @@
 """torch.compile and torch.library: a whole MoE layer (routing, w1 gather + SwiGLU, w2 scatter + gammas) traced with
 fullgraph=True, forward and backward equal to eager; the custom ops checked by torch.library.opcheck; on the GPU,
 inductor and a CUDA graph of the layer including its routing."""
+import warnings
+
 import pytest
 import torch
 
@@ -95,6 +97,20 @@ def test_custom_ops_pass_opcheck(device):
         torch.bfloat16))
     ids = torch.topk(torch.randn(TOKENS, N_EXPTS, device=device), K_ACT).indices.reshape(-1)
     torch.library.opcheck(torch.ops.ogsgen.routing_metadata.default, (ids, N_EXPTS, ids.numel()))
+
+
+@pytest.mark.gpu
+def test_compiling_the_layer_warns_of_nothing_in_ogsgen():
+    """Dynamo warns where it traces through a cached function ("silent incorrectness is a potential risk"): none of
+    ogsgen's code it traces may draw that, or any other warning, at a user's compile."""
+    getattr(torch._dynamo.utils, "warn_once_cache", set()).clear()  # (Dynamo warns once per process)
+    torch._dynamo.reset()
+    params = _parameters("cuda")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.compile(moe_layer, fullgraph=True, backend="aot_eager")(*params)
+    ours = [str(w.message) for w in caught if "ogsgen" in str(w.message) or "/ogsgen/" in w.filename]
+    assert not ours, ours
 
 
 @pytest.mark.gpu
