@@ -5,6 +5,7 @@ import warnings
 
 import pytest
 import torch
+import torch._dynamo.testing
 
 import ogsgen
 from ogsgen import FusedActivation
@@ -54,7 +55,6 @@ def test_fullgraph_moe_layer_matches_eager(device):
 def test_token_counts_share_one_dynamic_graph(device):
     """As a server compiles its MoE layer: with dynamic shapes, calls of other token counts reuse the graph (the ops'
     fake implementations take symbolic sizes) and match eager."""
-    import torch._dynamo.testing
     backend = "inductor" if device == "cuda" else "aot_eager"
     torch._dynamo.reset()
     counter = torch._dynamo.testing.CompileCounterWithBackend(backend)

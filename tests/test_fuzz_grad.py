@@ -36,6 +36,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 TOLERANCE = {"bf16": 6e-2, "fp16": 1.5e-2, "fp32": 2e-3}  # of the largest gradient magnitude
 SWIGLU = FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+LEAVES = ("x", "w", "bias", "gammas", "y_acc_in")  # a case's differentiable inputs, in call order
 EXAMPLES = int(os.environ.get("OGSGEN_FUZZ_EXAMPLES", 0)) or 40
 SEED = os.environ.get("OGSGEN_FUZZ_SEED")
 PROFILE = os.environ.get("OGSGEN_FUZZ_PROFILE", "ci")
@@ -135,8 +136,8 @@ def _reference_activation(case, magnitude=False):
 
     A differentiated call with a built-in activation and no scatter stores its pre-activation in the output dtype,
     as torch's autograd of a 16-bit layer keeps it, and differentiates there (with a scatter it recomputes it in
-    fp32); SwiGLU's clamps make the gradient jump where that
-    rounding moves a value across the limit (7.0 rounds to 7.0 in bf16, 7.006 too)."""
+    fp32); SwiGLU's clamps make the gradient jump where that rounding moves a value across the limit (7.006 is
+    past 7.0; its bf16 rounding, 7.0, is not)."""
     stored = DTYPES[case["dtype"]] if case["mode"] != "scatter" else torch.float32  # (a scatter's z is recomputed)
 
     def reference(z, alpha, limit):
@@ -159,9 +160,10 @@ def _close(name, ours, reference, dtype, scale=None):
 def _gammas_scale(call, case, theirs, grad):
     """The largest sum of the magnitudes of the products d gammas adds up (over a row's columns): the scale of its
     rounding errors, which cancellation can leave far above the sum itself (one routed row, few columns)."""
-    leaves = [None if t is None else t.detach().requires_grad_(i == 3) for i, t in enumerate(theirs)]
+    gammas = LEAVES.index("gammas")
+    leaves = [None if t is None else t.detach().requires_grad_(i == gammas) for i, t in enumerate(theirs)]
     call(matmul_ogs_torch, *leaves, fused_activation=_reference_activation(case, magnitude=True)).backward(grad.abs())
-    return leaves[3].grad.abs().max()
+    return leaves[gammas].grad.abs().max()
 
 
 @pytest.mark.slow
@@ -184,7 +186,7 @@ def test_fuzz_gradients(case):
     # the forward under autograd (the custom op; with a built-in activation, the variant that stores preact), on
     # the rows it writes: without a scatter, the rows past the routed ones (dropped gates) are left unwritten
     _close("the forward", y.detach()[..., :written, :], y_ref.detach()[..., :written, :], case["dtype"])
-    for name, a, b in zip(("x", "w", "bias", "gammas", "y_acc_in"), ours, theirs):
+    for name, a, b in zip(LEAVES, ours, theirs):
         if a is None:
             continue
         assert a.grad is not None and a.grad.dtype == a.dtype and a.grad.shape == a.shape, name

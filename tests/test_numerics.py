@@ -353,17 +353,14 @@ def _pair_product(tile, c):
 @pytest.mark.parametrize("activation", [None, FusedActivation(_pair_product, (0.5,))], ids=["", "pair_product"])
 @pytest.mark.parametrize("constraints", [{}, {"persistent": True}, {"split_k": 2}], ids=["tiled", "persistent",
                                                                                          "split_k"])
-@pytest.mark.parametrize("call", ["dense", "batched", "sorted-top2", "gather-top2", "scatter-top1",
-                                  "gather-scatter-top2"])
-def test_epilogue_sees_y_rows_and_columns_on_every_kernel_path(call, constraints, activation, device):
+@pytest.mark.parametrize("mode,k_act", [("dense", 1), ("batched", 1), ("sorted", 2), ("gather", 2), ("scatter", 1),
+                                        ("gather-scatter", 2)])
+def test_epilogue_sees_y_rows_and_columns_on_every_kernel_path(mode, k_act, constraints, activation, device):
     """A user epilogue gets y's row and column indices (after the scatter, in the reduce kernel after a top-k sum or
     split K) on the tiled, persistent and split-K paths, with w stored K-contiguous, after a user activation that
     folds column pairs."""
     m, k, n, n_expts = 40, 32, 48, 4
     torch.manual_seed(0)
-    mode, _, top = call.rpartition("-top")
-    k_act = int(top) if top.isdigit() else 1
-    mode = mode or call
     if "scatter" in mode and "split_k" in constraints and (k_act == 1 or activation is not None):
         pytest.skip("split K takes neither a scatter of one expert per token nor one after an activation "
                     "(tested in test_bad_inputs)")
