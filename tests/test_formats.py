@@ -7,7 +7,7 @@ from ogsgen import FlexCtx, InFlexData, OutFlexData, PrecisionConfig, matmul_ogs
 from ogsgen.codegen import build
 from ogsgen.numerics import (actual_scale_torch, dequantize_mx, dequantize_mx_torch, max_finite, quantize_mx,
                              quantize_mx_torch)
-from ogsgen.numerics.mx import ELEMENT_MAX, FP8_DTYPES
+from ogsgen.numerics.mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK
 from ogsgen.numerics.scale_bounds import scales_at_most_2
 from ogsgen.numerics.layouts import WORD_BITS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from ogsgen.spec import (BF16, FP8_E4M3, FP8_E5M2, FP16, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, Catalog,
@@ -438,7 +438,7 @@ def _check_mx_output(ref, values, scales, element, rtol=1e-6):
     assert (scales == ref_scales).float().mean() > 0.95
     _, emax, _ = ELEMENT_MAX[element]
     half_ulp = 2.0 ** emax * torch.finfo(FP8_DTYPES[element]).eps / 2  # in the largest values' binade, unscaled
-    bound = (half_ulp * torch.exp2(scales.float() - 127)).repeat_interleave(32, -1)[..., :ref.shape[-1]]
+    bound = (half_ulp * torch.exp2(scales.float() - 127)).repeat_interleave(MX_BLOCK, -1)[..., :ref.shape[-1]]
     error = (dequantize_mx_torch(values, scales, element) - ref).abs()
     assert (error <= bound + rtol * ref.abs()).all(), \
         f"largest error {(error / bound).max().item():.3g} of half an ulp"
