@@ -25,6 +25,7 @@ GOLDEN_DEFAULT = ["ogs_matmul_xbf16_wbf16_ybf16", "ogs_matmul_xbf16_wbf16_ybf16_
                   "ogs_matmul_xbf16_wbf16_yfp32_ragged_gather_bias", "ogs_reduce_xbf16_ybf16_scatter_gammas",
                   "ogs_reduce_xfp32_ybf16_gammas_act_swiglu",
                   "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_gather_bias_act_swiglu",
+                  "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu",
                   "ogs_matmul_xfp8e4m3_wfp8e4m3_yfp8e4m3_bias", "ogs_reduce_xfp32_yfp8e4m3",
                   "ogs_matmul_xbf16_wbf16_yfp32_inner_gather_y_acc_in"]
 GOLDEN_CUSTOM = ["ogs_matmul_xbf16_wbf16_ybf16_bias_betas_act_leaky_scaled",

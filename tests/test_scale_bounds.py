@@ -6,6 +6,7 @@ import ogsgen
 from ogsgen.numerics import quantize_mx, swizzle_mx_values
 from ogsgen.numerics.scale_bounds import scales_at_most_2
 from ogsgen.runtime import launcher, matmul
+from ogsgen.testing import assert_close
 
 
 def test_a_record_covers_views_until_an_in_place_change():
@@ -52,3 +53,38 @@ def test_matmul_ogs_upcasts_with_one_multiply_only_for_recorded_small_scales(mon
     assert one_multiply() is True
     scales.add_(0)                                             # in place: the record no longer holds
     assert one_multiply() is False
+
+
+def _write_through_data(scales, new):
+    scales.data[...] = new            # what a weight loader's param.data.copy_ does: no version bump
+
+
+def _copy_into_data(scales, new):
+    scales.data.copy_(new)
+
+
+def _load_state_dict(scales, new):
+    holder = torch.nn.Module()
+    holder.register_buffer("scales", scales, persistent=True)
+    holder.load_state_dict({"scales": new})
+
+
+@pytest.mark.parametrize("write", [_write_through_data, _copy_into_data, _load_state_dict])
+def test_scales_rewritten_after_the_record_give_the_product_of_the_new_scales(write, device):
+    """A record of small scales (bound_mx_scales) that a later write outdates, with or without a version bump
+    (a write through ``.data`` leaves the version counter as it was): the kernel still multiplies by the new
+    scales, codes above 128 included."""
+    x = torch.randn(16, 128, device=device).bfloat16()
+    values, scales = quantize_mx(torch.randn(64, 128, device=device), "e2m1", axis=-1)      # (N, K): codes ~127
+    w, scales = swizzle_mx_values(values.mT), scales.mT.contiguous()                       # (K // 2, N), (K // 32, N)
+    assert ogsgen.bound_mx_scales(scales) <= 128
+    new = scales.clone()
+    new[1, 3] = 140                                             # a block's scale 2 ** 13
+    new[2, 7] = 160                                             # and 2 ** 33 (still finite products)
+    write(scales, new)
+    assert torch.equal(scales, new)
+    y = ogsgen.matmul_ogs(x, w, None, precision_config=ogsgen.PrecisionConfig(weight_scale=scales,
+                                                                                 out_dtype=torch.float32))
+    w_ref = ogsgen.numerics.dequantize_mx_torch(values, new.mT, "e2m1").mT.double()        # (K, N)
+    want = x.double() @ w_ref
+    assert_close(want.float(), y, maxtol=1e-5)
