@@ -52,6 +52,8 @@ import ogsgen
 from ogsgen.numerics import dequantize_mx_torch
 from ogsgen.runtime import matmul as ogsgen_matmul  # its _REPLACED: what the wgmma hazard check replaced
 
+from ceilings import Ceilings, ImpossibleRate, exit_if_impossible, measure as measure_ceilings
+
 MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
     "gpt-oss w1": (128, 4, 2880, 5760, "gather"),
     "gpt-oss w2": (128, 4, 2880, 2880, "scatter"),
@@ -334,11 +336,11 @@ def markdown_table(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measure_case(case: str, items) -> list[dict]:
+def measure_case(case: str, items, ceilings: Ceilings) -> list[dict]:
     """results.csv rows of one case from its (impl, fn, flops, bytes) items (moe_cases, dense_cases): each
     implementation's eager median, its CUDA-graph median (graph_medians: all of them in turn) and its errors
     against the float32 references among the items ("reference IMPL" for IMPL's own, then "reference" for the
-    others)."""
+    others). A rate above ``ceilings`` (bench/ceilings.py) is an error in the row, not a rate."""
     items, rows, timed = list(items), [], []  # timed: (row, fn, output, flops, bytes moved)
     for impl, fn, flops, bytes_moved in items:
         if impl.startswith("reference"):
@@ -359,7 +361,12 @@ def measure_case(case: str, items) -> list[dict]:
         if isinstance(ms, Exception):
             row.update(eager_us="", error=f"{type(ms).__name__}: {str(ms).splitlines()[0][:160]}")
         else:
-            row.update(graph_us=ms * 1e3, tflops=flops / (ms * 1e-3) / 1e12, tbps=bytes_moved / (ms * 1e-3) / 1e12)
+            tflops, tbps = flops / (ms * 1e-3) / 1e12, bytes_moved / (ms * 1e-3) / 1e12
+            try:
+                ceilings.check(f"{case} {row['impl']}", tflops, tbps)
+                row.update(graph_us=ms * 1e3, tflops=tflops, tbps=tbps)
+            except ImpossibleRate as exc:
+                row.update(eager_us="", error=f"ImpossibleRate: {exc}")
     for impl, fn, _, _ in items:
         if not impl.startswith("reference"):
             continue
@@ -398,10 +405,11 @@ def main():
         parser.error("--out DIR is required (or --table-from DIR)")
     args.out.mkdir(parents=True, exist_ok=True)
     tk, vllm = triton_kernels_or_none(), vllm_or_none()
+    ceilings = measure_ceilings()
     env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
            "torch": torch.__version__, "triton": triton.__version__, "ogsgen": ogsgen.__version__,
            "python": platform.python_version(), "triton_kernels": tk is not None,
-           "vllm_fused_moe": vllm is not None,
+           "vllm_fused_moe": vllm is not None, "ceilings": ceilings.as_dict(),
            "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
     (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     rows = []
@@ -410,12 +418,12 @@ def main():
         for weight_format in args.formats:
             for tokens in args.tokens:
                 rows += measure_case(f"{name} {weight_format} T={tokens}", moe_cases(name, tokens, weight_format, tk,
-                                                                                          vllm=vllm))
+                                                                                          vllm=vllm), ceilings)
                 write_csv(rows, args.out / "results.csv")  # what is measured so far survives a later failure
                 torch.cuda.empty_cache()
     if not args.no_dense:
         for m, n, k in DENSE_SHAPES:
-            rows += measure_case(f"dense bf16 {m}x{n}x{k}", dense_cases(m, n, k, tk))
+            rows += measure_case(f"dense bf16 {m}x{n}x{k}", dense_cases(m, n, k, tk), ceilings)
     # Host overhead of one eager call of a cached variant (gpt-oss w1, T=1, gather, bf16).
     for impl, fn, _, _ in moe_cases("gpt-oss w1", 1, "bf16", tk, vllm=vllm):
         if impl.startswith("reference"):
@@ -427,6 +435,7 @@ def main():
     write_csv(rows, args.out / "results.csv")
     (args.out / "table.md").write_text(markdown_table(rows))
     plot(rows, args.out / "results.png")
+    exit_if_impossible(rows)
 
 
 def write_csv(rows, path):

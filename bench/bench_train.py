@@ -9,11 +9,13 @@ calls, whose backward runs on ogsgen's kernels; torch: the same layer on torch._
 rows gathered, biased, activated, weighted and summed with torch ops, its weights K-contiguous as _grouped_mm
 wants them (ogsgen's N-contiguous: each library its own layout of the same values). Shapes: gpt-oss-120b (128
 experts, top-4, width 2880, w1 N 5760) and DeepSeek-V3 (256 experts, top-8, width 7168, w1 N 4096). Times are
-triton.testing.do_bench medians of forward + backward (gradients reset between runs); TFLOP/s counts the six
-matmuls (2 forward, 4 backward) as 6 * 2 * rows * K * N per weight. The output, dx and two experts' weight and
+triton.testing.do_bench medians of forward + backward (gradients reset between runs); TFLOP/s counts three
+products per weight (forward, dX, dW), each 2 * rows * K * N: 9 * rows * K * N1 for the layer, rows = T * top-k,
+K the width and N1 w1's N (w2's is N1 / 2). The output, dx and two experts' weight and
 bias gradients are compared with the other library's (relative rms difference), and each library's b2 gradient
 with its exact value (a sum of gates times output gradients per expert), so that no time is quoted for a wrong
-result. Writes results.csv, table.md and env.json.
+result; a rate above the GPU's ceilings measured in the same run (bench/ceilings.py) is an error in its row, and
+the run exits with status 1. Writes results.csv, table.md and env.json.
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ import triton
 from triton.testing import do_bench
 
 import ogsgen
+
+from ceilings import Ceilings, exit_if_impossible, measure as measure_ceilings
 
 SHAPES = {  # name: (experts, top-k, width, w1 N)
     "gpt-oss-120b": (128, 4, 2880, 5760),
@@ -88,9 +92,14 @@ def steps(name, tokens):
         gc.collect()
 
 
-def case(name, tokens):
+def layer_flops(tokens, k, width, n1) -> int:
+    """Forward and backward of the layer: per weight three products (y, dX, dW) of 2 * rows * K * N."""
+    return 3 * 2 * tokens * k * width * (n1 + n1 // 2)
+
+
+def case(name, tokens, ceilings: Ceilings):
     n_expts, k, width, n1 = SHAPES[name]
-    flops = 6 * 2 * tokens * k * width * (n1 + n1 // 2)
+    flops = layer_flops(tokens, k, width, n1)
     results, grads = [], {}
     for impl, params, layer, grad_out, db2_exact in steps(name, tokens):
         def step():
@@ -103,6 +112,7 @@ def case(name, tokens):
             grads[impl] = [layer(params).detach().float(), params[0].grad.float()] + \
                 [p.grad[:2].float() for p in params[1:]]
             ms = do_bench(step, warmup=5, rep=200, grad_to_none=params, return_mode="median")
+            ceilings.check(f"{name} T={tokens} {impl}", tflops=flops / ms / 1e9)
             row.update(ms=f"{ms:.3f}", tflops=f"{flops / ms / 1e9:.1f}")
         except Exception as exc:  # recorded as the library's error row
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
@@ -143,20 +153,22 @@ def main():
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+    ceilings = measure_ceilings()
+    env = {"ceilings": ceilings.as_dict(), "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
            "torch": torch.__version__, "triton": triton.__version__, "ogsgen": ogsgen.__version__,
            "python": platform.python_version(), "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
     (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     rows = []
     for name in args.shapes:
         for tokens in args.tokens:
-            rows += case(name, tokens)
+            rows += case(name, tokens, ceilings)
             with open(args.out / "results.csv", "w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
                 writer.writeheader()
                 writer.writerows(rows)
             (args.out / "table.md").write_text(table(rows))  # what is measured survives a later failure
     print(table(rows))
+    exit_if_impossible(rows)
 
 
 if __name__ == "__main__":

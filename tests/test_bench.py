@@ -2,9 +2,14 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import torch  # noqa: E402
 from bench_moe import markdown_table, relative_errors  # noqa: E402
+from ceilings import Ceilings, ImpossibleRate, exit_if_impossible  # noqa: E402
+
+CEILINGS = Ceilings(dense_tflops=700.0, hbm_tbps=4.8)
 
 
 def _row(case, impl, graph_us, tflops="", tbps="", rms_err=""):
@@ -96,10 +101,40 @@ def test_a_case_times_its_implementations_in_turn_and_checks_them_against_their_
     items = [("ogsgen", ogsgen, 8e9, 4e9), ("triton_kernels", triton_kernels, 8e9, 4e9),
              ("reference triton_kernels", lambda: reference.flip(0) * 1.5, None, None),
              ("torch._grouped_mm", broken, 8e9, 4e9), ("reference", lambda: reference, None, None)]
-    rows = {row["impl"]: row for row in bench_moe.measure_case("gpt-oss w1 bf16 T=1", items)}
+    rows = {row["impl"]: row for row in bench_moe.measure_case("gpt-oss w1 bf16 T=1", items, CEILINGS)}
     assert timed == ["ogsgen", "triton_kernels"] * bench_moe.GRAPH_ROUNDS
     assert rows["ogsgen"]["graph_us"] == 2000.0 and rows["triton_kernels"]["graph_us"] == 5000.0  # medians
     assert rows["ogsgen"]["eager_us"] == 10000.0 and rows["ogsgen"]["tflops"] == 4.0
     assert rows["ogsgen"]["rms_err"] == "1.00e-03" and rows["triton_kernels"]["rms_err"] == "0.00e+00"
     assert rows["torch._grouped_mm"]["error"] == "RuntimeError: no kernel for this shape"
     assert rows["torch._grouped_mm"]["graph_us"] == ""
+
+
+def test_a_rate_above_the_ceilings_is_an_error_not_a_rate(monkeypatch):
+    import bench_moe
+    monkeypatch.setattr(bench_moe, "do_bench_cudagraph", lambda fn, rep, return_mode: 1.0)   # 1 ms
+    monkeypatch.setattr(bench_moe, "do_bench", lambda fn, warmup, rep, return_mode: 1.0)
+    out = torch.ones(2, 2)
+    items = [("ogsgen", lambda: out, 7.0e11, 4.0e9),              # 700 TF/s, 4 TB/s: at the ceilings
+             ("counted twice", lambda: out, 1.4e12, 4.0e9),       # 1400 TF/s
+             ("bytes counted twice", lambda: out, 1.0e9, 9.6e9)]  # 9.6 TB/s
+    rows = {row["impl"]: row for row in bench_moe.measure_case("dense bf16 64x64x64", items, CEILINGS)}
+    assert rows["ogsgen"]["tflops"] == 700.0 and rows["ogsgen"]["error"] == ""
+    assert rows["counted twice"]["tflops"] == "" and rows["counted twice"]["graph_us"] == ""
+    assert "1400.0 TF/s is above the dense cuBLAS rate of this run (700.0 TF/s, +3%)" in rows["counted twice"]["error"]
+    assert "9.60 TB/s is above the memory's peak (4.80 TB/s)" in rows["bytes counted twice"]["error"]
+    with pytest.raises(SystemExit, match="dense bf16 64x64x64 counted twice, dense bf16 64x64x64 bytes counted"):
+        exit_if_impossible(list(rows.values()))
+    exit_if_impossible([rows["ogsgen"]])                          # nothing impossible: returns
+
+
+def test_the_training_bench_counts_each_product_once():
+    """Forward and backward of w1 (N1) and w2 (N1 / 2): per weight y, dX and dW, each 2 * rows * K * N."""
+    import bench_train
+    tokens, k, width, n1 = 2048, 4, 2880, 5760
+    rows = tokens * k
+    products = [(rows, width, n1), (rows, n1 // 2, width)]       # (M, K, N) of w1's and w2's forward
+    assert bench_train.layer_flops(tokens, k, width, n1) == sum(3 * 2 * m * kk * n for m, kk, n in products)
+    assert bench_train.layer_flops(tokens, k, width, n1) == 9 * rows * width * n1
+    with pytest.raises(ImpossibleRate, match="728.0 TF/s"):
+        CEILINGS.check("gpt-oss-120b T=8192 ogsgen", tflops=728.0)

@@ -5,8 +5,10 @@ The hopper mxfp4 kernels upcast with one packed multiply per register when every
 largest code at each call would synchronize with the device, so the code is measured once
 (:func:`bound_mx_scales`; ``prepare_expert_weights`` does it) and recorded on the tensor that owns the storage,
 with that storage's version counter: an in-place change of the scales, or of any view of them, voids the record
-and the calls go back to two multiplies. Tensors without a version counter (made under ``torch.inference_mode``)
-cannot be recorded; their calls take two multiplies.
+and the calls go back to two multiplies. The record is a hint for speed, not a promise the result depends on: a
+write it cannot see (through ``.data``, which has a version counter of its own) leaves it standing, and the kernel
+then finds the larger code itself and computes that tile again with two multiplies. Tensors without a version
+counter (made under ``torch.inference_mode``) cannot be recorded; their calls take two multiplies.
 """
 import torch
 
