@@ -1,5 +1,6 @@
 """The CLI (build / list / show, --check, --only, --dry-run), catalogs, and the runtime loader."""
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -103,6 +104,23 @@ def test_warmup_folder_flag_and_its_old_name():
 def test_spec_needs_out(capsys):
     assert main(["build", "--spec", str(CUSTOM_CATALOG)]) == 2
     assert "--spec needs --out" in capsys.readouterr().err
+
+
+def test_user_catalog_never_builds_into_the_package_folder(tmp_path, monkeypatch, capsys):
+    # A built folder stands for the package's generated/, which a user catalog's full build would empty.
+    package = tmp_path / "generated"
+    assert main(["build", "--only", "ogs_matmul_xfp16_wfp16_yfp16", "--out", str(package)]) == 0
+    monkeypatch.setattr(importlib.import_module("ogsgen.codegen.build"), "data_dir", lambda name: package,
+                        raising=False)
+    before = {p.name: p.read_bytes() for p in package.iterdir()}
+    (tmp_path / "link").symlink_to(package)
+    for out in (package, tmp_path / "link", package / ".." / "generated"):
+        for flags in ([], ["--dry-run"]):
+            assert main(["build", "--spec", str(CUSTOM_CATALOG), "--out", str(out), *flags]) == 2
+            err = capsys.readouterr().err
+            assert f"--out {out} is ogsgen's own generated/ folder" in err and "choose another --out" in err, err
+    assert {p.name: p.read_bytes() for p in package.iterdir()} == before
+    assert main(["build", "--only", "ogs_matmul_xfp16_wfp16_yfp16", "--out", str(tmp_path / "link")]) == 0
 
 
 def test_user_catalog_list(capsys):
