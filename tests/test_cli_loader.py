@@ -123,6 +123,41 @@ def test_user_catalog_never_builds_into_the_package_folder(tmp_path, monkeypatch
     assert main(["build", "--only", "ogs_matmul_xfp16_wfp16_yfp16", "--out", str(tmp_path / "link")]) == 0
 
 
+CLASHING_NAMES = """
+import triton
+import ogsgen
+from ogsgen.spec import BF16, KernelVariant
+
+@ogsgen.register_activation
+@triton.jit
+def clash_epi_tail(tile):
+    return tile
+
+@ogsgen.register_activation
+@triton.jit
+def clash(tile):
+    return tile * 2
+
+@ogsgen.register_epilogue
+@triton.jit
+def tail(tile, offs_m, offs_n, mask):
+    return tile + 1
+
+VARIANTS = [KernelVariant(BF16, BF16, BF16, activation=clash_epi_tail),
+            KernelVariant(BF16, BF16, BF16, activation=clash, epilogue=tail)]
+"""
+
+
+def test_two_variants_of_one_name_are_refused(tmp_path, capsys):
+    path = tmp_path / "clashing_catalog.py"
+    path.write_text(CLASHING_NAMES)
+    assert main(["list", "--spec", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert ("KernelVariant(BF16, BF16, BF16, activation=clash_epi_tail) and KernelVariant(BF16, BF16, BF16, "
+            "activation=clash, epilogue=tail) have one canonical name, ogs_matmul_xbf16_wbf16_ybf16_act_clash_epi_tail"
+            in err and "rename one of their functions" in err), err
+
+
 def test_user_catalog_list(capsys):
     assert main(["list", "--spec", str(CUSTOM_CATALOG)]) == 0
     assert "ogs_matmul_xbf16_wbf16_ybf16_bias_act_leaky_scaled" in capsys.readouterr().out.split()
