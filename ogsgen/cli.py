@@ -46,7 +46,8 @@ def _cmd_build(args) -> int:
     out = Path(args.out) if args.out else data_dir("generated")
     if args.check:
         report = check(catalog, out, args.only)
-        for label, names in (("stale", report.stale), ("missing", report.missing), ("extra", report.extra)):
+        for label, names in (("stale", report.stale), ("missing", report.missing), ("extra", report.extra),
+                             ("leftover", report.leftover)):
             for name in names:
                 print(f"{label}: {out / name}")
         if not report.ok:
@@ -121,7 +122,7 @@ def parser() -> argparse.ArgumentParser:
     add_catalog_args(b)
     b.add_argument("--out", metavar="DIR", help="output folder (default: the package's generated/)")
     b.add_argument("--check", action="store_true", help="render in memory; exit 1 naming stale, missing and "
-                                                         "extra files")
+                                                         "extra files and what interrupted builds left")
     b.add_argument("--dry-run", action="store_true", help="report what would be written, write nothing")
     b.add_argument("-q", "--quiet", action="store_true", help="print only the summary line, not each file")
     b.set_defaults(run=_cmd_build)

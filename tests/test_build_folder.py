@@ -1,10 +1,12 @@
 """Build folders: manifests are validated when read, concurrent builds into one folder keep every entry, files
-get the umask's mode, and an --out that is a file or not writable is a clear error."""
+get the umask's mode, an --out that is a file or not writable is a clear error, and what a killed build left, FIFOs,
+pathological manifests and a symlinked lock file are reported or refused."""
 import json
 import os
 import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 import ogsgen
 from ogsgen.cli import main
 from ogsgen.codegen import build
+from ogsgen.codegen.build import LOCK, MAX_FILE_BYTES
 from ogsgen.spec import Catalog, default_catalog
 
 A, B = "ogs_matmul_xbf16_wbf16_ybf16", "ogs_matmul_xfp16_wfp16_yfp16"
@@ -142,3 +145,89 @@ def test_out_not_writable(tmp_path, capsys, sub):
         read_only.chmod(0o755)
     err = capsys.readouterr().err
     assert f"--out {out}: cannot write" in err and "Permission denied" in err
+
+
+def test_check_reports_and_build_removes_what_a_killed_build_left(tmp_path, capsys):
+    out = tmp_path / "out"
+    build(_catalog(A), out)
+    killed = [out / f".{A}.py.0123456789abcdef.tmp", out / ".manifest.json.fedcba9876543210.tmp"]
+    not_ours = [out / ".notes.tmp", out / f".{A}.py.backup.tmp", out / "mine.0123456789abcdef.tmp"]
+    for path in killed + not_ours:
+        path.write_text("half a file\n")
+    assert main(["build", "--check", "--only", A, "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert all(f"leftover: {path}\n" in printed for path in killed), printed
+    assert not any(str(path) in printed for path in not_ours), printed
+    assert main(["build", "--only", A, "--out", str(out)]) == 0
+    assert not any(path.exists() for path in killed) and all(path.exists() for path in not_ours)
+    assert main(["build", "--check", "--only", A, "--out", str(out)]) == 0
+
+
+@contextmanager
+def _fifo(path: Path):
+    """A FIFO at ``path``; a reader that opened it blocking gets an end of file within a second or two, so that a test
+    of code that would wait on it forever fails instead of hanging."""
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def release_readers():
+        while not done.wait(1.0):
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader waits (ENXIO)
+                pass
+
+    releaser = threading.Thread(target=release_readers, daemon=True)
+    releaser.start()
+    try:
+        yield path
+    finally:
+        done.set()
+        releaser.join()
+
+
+def test_fifo_manifest_is_refused_at_once(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with _fifo(out / "manifest.json") as fifo:
+        with pytest.raises(ogsgen.BuildFolderError, match=f"{fifo} is damaged .*it is a FIFO, not a regular file; "
+                                                          f"remove it and build again"):
+            build(_catalog(A), out)
+
+
+def test_fifo_kernel_file_is_refused_at_once(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with _fifo(out / f"{A}.py") as fifo:
+        with pytest.raises(ogsgen.BuildFolderError, match=f"{fifo} is a FIFO, not a regular file; remove it and "
+                                                          f"build again"):
+            build(_catalog(A), out)
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.parametrize("content,problem", [
+    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+    ('{"schema": ' + "9" * 5000 + "}", "not valid JSON"),  # beyond int()'s digit limit: a ValueError, not a JSONError
+    (None, "larger than"),
+])
+def test_pathological_manifest_is_a_clear_error(tmp_path, content, problem):
+    out = tmp_path / "out"
+    out.mkdir()
+    manifest = out / "manifest.json"
+    if content is None:  # sparse: takes no disk
+        with open(manifest, "wb") as f:
+            f.truncate(MAX_FILE_BYTES + 1)
+    else:
+        manifest.write_text(content)
+    with pytest.raises(ogsgen.BuildFolderError, match=f"{manifest} is damaged.*{problem}.*remove it and build again"):
+        build(_catalog(A), out)
+
+
+def test_symlinked_lock_file_is_refused(tmp_path):
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    out.mkdir()
+    victim.write_text("keep me\n")
+    (out / LOCK).symlink_to(victim)
+    with pytest.raises(ogsgen.BuildFolderError, match=f"{out / LOCK} is a symbolic link .*remove the link"):
+        build(_catalog(A), out)
+    assert victim.read_text() == "keep me\n" and not (out / "manifest.json").exists()

@@ -1,5 +1,6 @@
 """The CLI (build / list / show, --check, --only, --dry-run), catalogs, and the runtime loader."""
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -103,6 +104,58 @@ def test_warmup_folder_flag_and_its_old_name():
 def test_spec_needs_out(capsys):
     assert main(["build", "--spec", str(CUSTOM_CATALOG)]) == 2
     assert "--spec needs --out" in capsys.readouterr().err
+
+
+def test_user_catalog_never_builds_into_the_package_folder(tmp_path, monkeypatch, capsys):
+    # A built folder stands for the package's generated/, which a user catalog's full build would empty.
+    package = tmp_path / "generated"
+    assert main(["build", "--only", "ogs_matmul_xfp16_wfp16_yfp16", "--out", str(package)]) == 0
+    monkeypatch.setattr(importlib.import_module("ogsgen.codegen.build"), "data_dir", lambda name: package,
+                        raising=False)
+    before = {p.name: p.read_bytes() for p in package.iterdir()}
+    (tmp_path / "link").symlink_to(package)
+    for out in (package, tmp_path / "link", package / ".." / "generated"):
+        for flags in ([], ["--dry-run"]):
+            assert main(["build", "--spec", str(CUSTOM_CATALOG), "--out", str(out), *flags]) == 2
+            err = capsys.readouterr().err
+            assert f"--out {out} is ogsgen's own generated/ folder" in err and "choose another --out" in err, err
+    assert {p.name: p.read_bytes() for p in package.iterdir()} == before
+    assert main(["build", "--only", "ogs_matmul_xfp16_wfp16_yfp16", "--out", str(tmp_path / "link")]) == 0
+
+
+CLASHING_NAMES = """
+import triton
+import ogsgen
+from ogsgen.spec import BF16, KernelVariant
+
+@ogsgen.register_activation
+@triton.jit
+def clash_epi_tail(tile):
+    return tile
+
+@ogsgen.register_activation
+@triton.jit
+def clash(tile):
+    return tile * 2
+
+@ogsgen.register_epilogue
+@triton.jit
+def tail(tile, offs_m, offs_n, mask):
+    return tile + 1
+
+VARIANTS = [KernelVariant(BF16, BF16, BF16, activation=clash_epi_tail),
+            KernelVariant(BF16, BF16, BF16, activation=clash, epilogue=tail)]
+"""
+
+
+def test_two_variants_of_one_name_are_refused(tmp_path, capsys):
+    path = tmp_path / "clashing_catalog.py"
+    path.write_text(CLASHING_NAMES)
+    assert main(["list", "--spec", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert ("KernelVariant(BF16, BF16, BF16, activation=clash_epi_tail) and KernelVariant(BF16, BF16, BF16, "
+            "activation=clash, epilogue=tail) have one canonical name, ogs_matmul_xbf16_wbf16_ybf16_act_clash_epi_tail"
+            in err and "rename one of their functions" in err), err
 
 
 def test_user_catalog_list(capsys):

@@ -137,12 +137,25 @@ def test_full_build_removes_variants_that_left_the_catalog(tmp_path):
     assert sorted(p.stem for p in tmp_path.glob("ogs_*.py")) == sorted(smaller.by_name())
 
 
+def _stamps(folder: Path, names) -> dict:
+    """Each file's inode and mtime: a build writes a file by renaming a new one over it. (Only the build's outputs:
+    taking the folder's lock may touch the lock file.)"""
+    return {name: ((folder / name).stat().st_ino, (folder / name).stat().st_mtime_ns) for name in names}
+
+
 def test_build_writes_only_changed_files(tmp_path):
     catalog = default_catalog()
     first = build(catalog, tmp_path, only="ogs_matmul_xfp16_*")
-    assert first.written and not first.unchanged
-    mtimes = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    assert first.written and not first.unchanged and "manifest.json" in first.written
+    stamps = _stamps(tmp_path, first.written)
     second = build(catalog, tmp_path, only="ogs_matmul_xfp16_*")
     assert not second.written and sorted(second.unchanged) == sorted(first.written)
-    assert mtimes == {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
-    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+    assert _stamps(tmp_path, first.written) == stamps
+    edited = tmp_path / "ogs_matmul_xfp16_wfp16_yfp16_bias.py"
+    edited.write_text(edited.read_text() + "# edited\n")
+    stamps = _stamps(tmp_path, first.written)
+    third = build(catalog, tmp_path, only="ogs_matmul_xfp16_*")
+    assert third.written == [edited.name]  # the manifest records the file as the build writes it: unchanged
+    after = _stamps(tmp_path, first.written)
+    assert [name for name in first.written if after[name] != stamps[name]] == [edited.name]
+    assert not any(p.name.endswith((".tmp", ".next")) for p in tmp_path.iterdir())

@@ -5,7 +5,11 @@ the entries of the ``OGSGEN_PATH`` variable (``os.pathsep``-separated), then the
 ``generated/``. A file found there is read once and its sha256 compared with the one its folder's
 manifest.json records before anything of it runs; only those verified bytes are executed. The module
 is then checked against today's template and function sources. Either failing raises
-:class:`StaleKernelError` with the command that rebuilds the file.
+:class:`StaleKernelError` with the command that rebuilds the file. A file that a build of its folder
+is replacing (or that a build killed midway left) is recorded by that build's manifest, which
+counts too; where neither records it, the load waits for the build under way and verifies again.
+A folder, or a file in it, that anyone but you or root could write is refused (``UntrustedFolderError``):
+whoever writes a kernel can write its manifest too.
 
 On-demand generation (off by default; ``OGSGEN_ON_DEMAND=1`` or :func:`set_on_demand`) renders a
 missing or stale variant, runs the render, and keeps a copy in a per-user cache folder
@@ -15,19 +19,24 @@ variant both end up with a complete, identical file.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import linecache
 import logging
 import os
 import shlex
+import stat
 import sys
 import threading
+import time
 import types
+from contextlib import contextmanager
 from pathlib import Path
 
 from .._resources import data_dir
 from .._version import __version__
-from ..codegen.build import MANIFEST, read_manifest, write_atomic
+from ..codegen.build import (LOCK, MANIFEST, PENDING, UnreadableFileError, parse_manifest, read_regular,
+                             write_atomic)
 from ..codegen.render import expected_provenance, render_variant
 from ..errors import BuildFolderError, SpecTypeError, StaleKernelError, VariantNotBuiltError
 from ..spec.variant import KernelVariant, canonical_name
@@ -39,13 +48,21 @@ _lock = threading.RLock()
 _extra_dirs: list[Path] = []
 _kernels: dict[tuple[KernelVariant, bool], object] = {}
 _modules_by_sha: dict[str, object] = {}
-_manifests: dict[Path, tuple[tuple[int, int, int], dict]] = {}  # manifest.json -> (its stat, its content)
+_manifests: dict[Path, tuple[tuple[int, ...], dict]] = {}  # manifest.json -> (its stat, its content)
 _on_demand: bool | None = None
+# How long a load whose file its manifest does not record waits for a build of the folder to end (a full build of
+# the default catalog takes seconds) before it refuses the file anyway.
+_BUILD_WAIT_S = 120.0
 
 
 class MissingBuildFolderError(BuildFolderError, FileNotFoundError):
     """add_search_path's folder does not exist (a FileNotFoundError too, as it was before it was a
     BuildFolderError)."""
+
+
+class UntrustedFolderError(BuildFolderError):
+    """A search-path folder, or its manifest or a kernel file in it, could be written by someone other than you or
+    root, who could plant a kernel and record its sha256 in the manifest."""
 
 
 def add_search_path(path: str | os.PathLike) -> None:
@@ -104,37 +121,114 @@ def _refuse(path: Path, why: str, command: str) -> StaleKernelError:
                             f"on demand")
 
 
-def _manifest(directory: Path) -> dict:
-    """The folder's validated manifest, parsed again only when the file changes."""
-    path = directory / MANIFEST
-    stat = path.stat()
-    version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    cached = _manifests.get(path)
-    if cached is None or cached[0] != version:
-        cached = _manifests[path] = (version, read_manifest(directory))
+def _check_trust(path: Path, st: os.stat_result, shipped: bool) -> None:
+    """Refuse, as ssh refuses such keys, a folder or file others can write or that belongs to a user other than you
+    and root. The package's own folder only when everyone can write it: an install shared by a group, or owned by
+    its administrator, is a normal one, and whoever writes that folder can rewrite ogsgen itself."""
+    writers = st.st_mode & (stat.S_IWOTH if shipped else stat.S_IWGRP | stat.S_IWOTH)
+    if writers:
+        who = {stat.S_IWGRP: "its group", stat.S_IWOTH: "everyone"}.get(writers, "its group and everyone")
+        raise UntrustedFolderError(f"{path} is writable by {who}, who could plant a kernel that ogsgen would run; "
+                                   f"remove their write access with `chmod go-w {path}`")
+    if not shipped and st.st_uid not in (0, os.getuid()):
+        raise UntrustedFolderError(f"{path} belongs to user id {st.st_uid}, neither you nor root, who could plant a "
+                                   f"kernel that ogsgen would run; load kernels from a folder you built (`ogsgen "
+                                   f"build --out DIR`) or that root installed")
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size  # ctime: a chmod changes what _check_trust said
+
+
+def _manifest(directory: Path, filename: str = MANIFEST) -> dict | None:
+    """The folder's validated manifest (or ``filename``, another one there), parsed again only when the file
+    changes; None when there is none."""
+    path = directory / filename
+    try:
+        version = _stat_key(path.stat())
+        cached = _manifests.get(path)
+        if cached is None or cached[0] != version:
+            data, read = read_regular(path)
+            _check_trust(path, read, directory == data_dir("generated"))
+            cached = _manifests[path] = (_stat_key(read), parse_manifest(path, data))
+    except FileNotFoundError:  # (a build renames its manifest over the folder's between the stat and the read)
+        return None
     return cached[1]
 
 
-def _verified_source(directory: Path, name: str) -> tuple[bytes, str]:
-    """The bytes of ``directory/<name>.py``, read once and checked against the sha256 the folder's manifest records
-    before anything of them runs, and the catalog they were built from."""
-    path, manifest_path = directory / f"{name}.py", directory / MANIFEST
-    source = path.read_bytes()
+def _vouching_manifest(directory: Path, name: str, filename: str) -> dict | None:
+    """``_manifest(directory, filename)``; a damaged one is refused as what cannot verify kernel ``name``."""
     try:
-        manifest = _manifest(directory)
-    except FileNotFoundError:
-        raise _refuse(path, f"cannot be verified: its folder has no {manifest_path} (only files `ogsgen build` "
-                            f"wrote are loaded)", rebuild_command(directory, name, None)) from None
+        return _manifest(directory, filename)
+    except UntrustedFolderError:
+        raise
     except BuildFolderError as exc:
-        raise _refuse(path, f"cannot be verified: {exc}", rebuild_command(directory, name, None)) from None
-    entry = manifest["variants"].get(name)
+        raise _refuse(directory / f"{name}.py", f"cannot be verified: {exc}",
+                      rebuild_command(directory, name, None)) from None
+
+
+def _recorded_source(directory: Path, name: str) -> tuple[bytes, str]:
+    """The bytes of ``directory/<name>.py``, read once and checked against the sha256 the folder's manifest (or the
+    manifest of a build under way there) records before anything of them runs, and the catalog they were built
+    from."""
+    path, manifest_path = directory / f"{name}.py", directory / MANIFEST
+    shipped = directory == data_dir("generated")
+    _check_trust(directory, directory.stat(), shipped)
+    try:
+        source, read = read_regular(path)
+    except UnreadableFileError as exc:
+        raise _refuse(path, exc.problem, rebuild_command(directory, name, None)) from None
+    _check_trust(path, read, shipped)
+    sha = hashlib.sha256(source).hexdigest()
+    manifest = _vouching_manifest(directory, name, MANIFEST)
+    entry = manifest["variants"].get(name) if manifest else None
+    if entry is None or entry["sha256"] != sha:  # a build may have written the file and not yet its manifest
+        pending = _vouching_manifest(directory, name, PENDING)
+        written = pending["variants"].get(name) if pending else None
+        if written is not None and written["sha256"] == sha:
+            return source, written["catalog"]
+    if manifest is None:
+        raise _refuse(path, f"cannot be verified: its folder has no {manifest_path} (only files `ogsgen build` "
+                            f"wrote are loaded)", rebuild_command(directory, name, None))
     if entry is None:
         raise _refuse(path, f"cannot be verified: {manifest_path} records no variant {name}",
                       rebuild_command(directory, name, manifest["catalog"]))
-    if hashlib.sha256(source).hexdigest() != entry["sha256"]:
+    if entry["sha256"] != sha:
         raise _refuse(path, f"does not match the sha256 {manifest_path} records for it (edited, truncated or "
                             f"damaged since it was built)", rebuild_command(directory, name, entry["catalog"]))
     return source, entry["catalog"]
+
+
+@contextmanager
+def _no_build_running(directory: Path):
+    """Hold the folder's build lock shared (a build holds it exclusively) for the block, once a build under way has
+    ended or _BUILD_WAIT_S have passed. A folder without a lock file has had no build to wait for."""
+    try:
+        fd = os.open(directory / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        fd = None
+    try:
+        deadline = time.monotonic() + _BUILD_WAIT_S
+        while fd is not None and time.monotonic() < deadline:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.01)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _verified_source(directory: Path, name: str) -> tuple[bytes, str]:
+    """``_recorded_source``, read again while no build runs where the manifests do not record the file: a build
+    may have replaced it between this load's reads of the file and of the manifest."""
+    try:
+        return _recorded_source(directory, name)
+    except StaleKernelError:
+        with _no_build_running(directory):
+            return _recorded_source(directory, name)
 
 
 def _execute(path: Path, source: bytes):
@@ -200,7 +294,7 @@ def _load(variant: KernelVariant):
     dirs = search_path()
     on_demand = on_demand_enabled()
     for directory in dirs:
-        if not (directory / f"{name}.py").is_file():
+        if not (directory / f"{name}.py").exists():  # (a FIFO or a folder there is refused, not skipped)
             continue
         try:
             return _load_built(directory, variant)

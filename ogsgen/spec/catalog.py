@@ -44,8 +44,19 @@ class Catalog:
     name: str
     variants: tuple[KernelVariant, ...]
 
+    def __post_init__(self):
+        self.by_name()  # two variants of one name would share one file: refused now, not at build time
+
     def by_name(self) -> dict[str, KernelVariant]:
-        return {canonical_name(v): v for v in self.variants}
+        variants = {}
+        for variant in self.variants:
+            other = variants.setdefault(canonical_name(variant), variant)
+            if other != variant:
+                raise CatalogError(
+                    f"catalog {self.name}: {other.as_code()} and {variant.as_code()} have one canonical name, "
+                    f"{canonical_name(variant)} (a function name with '_epi_' in it reads as an activation and an "
+                    f"epilogue); rename one of their functions (register_activation(name=...))")
+        return variants
 
 
 def variant_product(formats, activations=(None,), epilogues=(None,), family="matmul", **feature_choices):
@@ -134,17 +145,17 @@ def default_catalog() -> Catalog:
 def _expand(variants, source) -> tuple[KernelVariant, ...]:
     """The variants and, transitively, their companions (split-K and top-k reduce kernels: a top-k scatter's
     matmul is a variant of its own, which may split K), sorted by name, once each."""
-    seen = {}
+    seen = {}  # (a dict: in their order, so that Catalog's error names two variants of one name in this order)
     for i, variant in enumerate(variants):
         if not isinstance(variant, KernelVariant):
             raise CatalogError(f"{source}: VARIANTS[{i}] is a {type(variant).__name__}, not a KernelVariant")
         pending = [variant]
         while pending:
             needed = pending.pop()
-            if canonical_name(needed) not in seen:
-                seen[canonical_name(needed)] = needed
+            if needed not in seen:
+                seen[needed] = None
                 pending += companions(needed)
-    return tuple(seen[name] for name in sorted(seen))
+    return tuple(sorted(seen, key=canonical_name))
 
 
 def load_catalog_file(path: str | os.PathLike) -> Catalog:
