@@ -13,8 +13,8 @@ import torch
 import triton
 
 import ogsgen
-from ogsgen import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OutFlexData, PrecisionConfig,
-                    RoutingData, ScatterIndx, matmul_ogs)
+from ogsgen import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, InnerRoutingData, OutFlexData,
+                    PrecisionConfig, RoutingData, ScatterIndx, matmul_ogs)
 from ogsgen.moe import checks as routing_checks
 from ogsgen.numerics import quantize_mx
 from ogsgen.spec import (BF16, FP16, FP32, KernelVariant, NumericFormat, format_named, load_catalog_file,
@@ -272,6 +272,33 @@ MATMUL_VECTORS_AND_OUTPUTS = [
     bad("y-rows-alias-(stride-0)", lambda c: matmul_ogs(c.x, c.w, None, y=c.zeros(1, N, dtype=torch.float16)
                                                         .expand(M, N)),
         r"\by\b.*(overlap|stride)"),
+    bad("y-rows-overlap", lambda c: matmul_ogs(c.x, c.w, None, y=c.zeros(M * N, dtype=torch.float16).as_strided(
+        (M, N), (N // 2, 1))), r"y \(shape \(8, 32\), strides \(16, 1\)\) has elements that overlap each other",
+        r"pass a tensor with distinct elements"),
+    bad("out_scale-rows-overlap",
+        lambda c: matmul_ogs(c.x.bfloat16(), c.randn(K, 2 * N, dtype=torch.bfloat16), None,
+                             precision_config=pc(out_scale=c.scales(M + 1).as_strided((M, 2), (1, 1)))),
+        r"precision_config\.out_scale \(shape \(8, 2\), strides \(1, 1\)\) has elements that overlap"),
+    bad("inner-y-rows-overlap",
+        lambda c: matmul_ogs(c.randn(M, 8), c.randn(8, N), None, y=c.zeros(E * M * N, dtype=torch.float16).as_strided(
+            (E, M, N), (M * N, N // 2, 1)), inner_routing_data=InnerRoutingData(RoutingData(None, c.hist(2, 2, 2, 2),
+                                                                                            E, 1))),
+        r"y \(shape \(4, 8, 32\), strides \(256, 16, 1\)\) has elements that overlap"),
+    # torch._neg_view(t) reads as -t but keeps t's memory, which is what the kernels write
+    bad("y-lazily-negated", lambda c: matmul_ogs(c.x, c.w, None, y=torch._neg_view(c.zeros(M, N, dtype=torch.float16))),
+        r"y is a lazily negated or conjugated view", r"pass a tensor without the flag"),
+    bad("y_acc_in-is-y-lazily-negated",
+        lambda c: (lambda y: matmul_ogs(c.x, c.w, None, y=y, y_acc_in=y))(torch._neg_view(c.zeros(
+            M, N, dtype=torch.float16))), r"y is a lazily negated or conjugated view"),
+    bad("out_scale-lazily-negated",
+        lambda c: matmul_ogs(c.x.bfloat16(), c.w.bfloat16(), None,
+                             precision_config=pc(out_scale=torch._neg_view(c.scales(M, 1)))),
+        r"precision_config\.out_scale is a lazily negated or conjugated view"),
+    bad("actual_scale-lazily-negated",
+        lambda c: matmul_ogs(c.x.to(torch.float8_e4m3fn), c.w.to(torch.float8_e4m3fn), None,
+                             precision_config=PrecisionConfig(out_dtype=torch.float8_e4m3fn, flex_ctx=FlexCtx(
+                                 out_data=OutFlexData(actual_scale=torch._neg_view(c.zeros(1)))))),
+        r"precision_config\.flex_ctx\.out_data\.actual_scale is a lazily negated or conjugated view"),
     bad("y_acc_in=numpy", lambda c: matmul_ogs(c.x, c.w, None, y_acc_in=np.zeros((M, N), np.float16)),
         r"y_acc_in must be a torch\.Tensor", exc=SpecTypeError),
     bad("y_acc_in-with-scatter", lambda c: matmul_ogs(c.xs, c.wE, None, c.rd, scatter_indx=c.si,

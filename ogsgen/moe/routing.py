@@ -58,7 +58,9 @@ def routing_from_topk(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expt
     _check_topk_inputs(topk_ids, topk_weights, n_expts_tot, expected_tokens_per_expt)
     n_tokens, n_expts_act = topk_ids.shape
     device = topk_ids.device
-    ids = topk_ids.reshape(-1)  # in the caller's integer dtype: range-checked before anything narrows it
+    # In the caller's integer dtype: range-checked before anything narrows it. The histogram kernels read its memory:
+    # a lazily negated view (torch._neg_view) is resolved to a copy holding its values.
+    ids = topk_ids.resolve_neg().reshape(-1)
     n_gates = ids.numel()
     check_row_count(n_gates, "topk_ids.numel()")
     if host_checks_apply(ids):

@@ -25,7 +25,7 @@ from .inner import inner_matmul
 from .opt_flags import current_constraints, make_opt_flags
 from .validation import (check_argument_types, check_devices, check_distinct_elements, check_fused_comm, check_routing,
                          check_scales, check_tensor, check_vector, named_tensors, operand_formats, persistent_blocker,
-                         reinterpret, reject_unsupported, tma_blocker)
+                         reinterpret, reject_unsupported, resolve_lazy_views, tma_blocker, written_tensors)
 
 _MAX_GRID_Y = 65535
 
@@ -264,7 +264,9 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
     tensors += (*act.fn_args, *epi.fn_arg_values_matmul, *epi.fn_arg_values_finalize)
     if x.is_cuda:
         scalars.append(torch.cuda.current_device())
-    described = [None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
+    # (is_neg: a lazily negated view's memory holds other values, which the checked path resolves; the conjugate
+    # flag exists only on complex tensors, which no kernel takes)
+    described = [None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15, t.is_neg())
                  if isinstance(t, torch.Tensor) else (t.__class__, t) for t in tensors]
     tensors += derived
     return tensors, (*scalars, *described)
@@ -275,6 +277,10 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     """``matmul_ogs`` with every argument checked, for the first call of a signature."""
     check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi)
     reject_unsupported(pc)
+    (x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, fused_comm, act, epi, y_acc_in,
+     inner_routing_data) = resolve_lazy_views(written_tensors(pc, y, preact), (
+        x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, fused_comm, act, epi, y_acc_in,
+        inner_routing_data))
     if inner_routing_data is not None:
         if preact is not None:
             raise SpecError("preact is taken by matmuls with an activation, not with inner_routing_data")
