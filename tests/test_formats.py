@@ -414,6 +414,21 @@ def test_flexpoint_saturation(device):
     assert actual.item() == (torch.tensor([512.0]) / max_finite(torch.float8_e4m3fn)).item()
 
 
+def test_flexpoint_actual_scale_of_a_call_without_rows(device):
+    # A call's actual_scale is its output's absmax / max_finite: 0 for no rows, not the previous call's value.
+    dtype = torch.float8_e4m3fn
+    w = _exact_fp8((64, 32), dtype, device).mT.contiguous().mT
+    actual = torch.zeros(1, device=device)
+    pc = PrecisionConfig(out_dtype=dtype, flex_ctx=FlexCtx(out_data=OutFlexData(actual_scale=actual)))
+    x = _exact_fp8((16, 64), dtype, device)
+    matmul_ogs(x, w, None, precision_config=pc)
+    assert actual.item() > 0 and abs(actual.item() - actual_scale_torch(x.float() @ w.float(), dtype).item()) < 1e-10
+    for _ in range(2):  # the checked call, then its replayed plan
+        actual.fill_(1.0)
+        y = matmul_ogs(x[:0], w, None, precision_config=pc)
+        assert y.shape == (0, 32) and actual.item() == 0.0
+
+
 def test_bitwise_invariance(device):
     x = torch.randn(300, 64, device=device).bfloat16()
     w = torch.randn(64, 96, device=device).bfloat16()

@@ -379,6 +379,9 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     memory.check_outputs_disjoint(written, read, same_allowed=(("y", "y_acc_in"),))
     if y is None:
         y = plans.new_buffer(out_shape, out_dtype, x.device)
+    if y_fmt.scaling == "flexpoint" and pc.flex_ctx.out_data.actual_scale is not None:
+        # atomics take the max of this call's tiles; a call without output elements has none, its absmax 0
+        plans.zero(pc.flex_ctx.out_data.actual_scale)
     if batch * out_rows * n_out == 0:
         return y
     if ragged and routing_data.expt_data is None:
@@ -386,8 +389,6 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                                    routing_data.n_expts_act, make_ragged_tensor_metadata(routing_data.expt_hist, m),
                                    routing_data.expected_tokens_per_expt)
 
-    if y_fmt.scaling == "flexpoint" and pc.flex_ctx.out_data.actual_scale is not None:
-        plans.zero(pc.flex_ctx.out_data.actual_scale)  # atomics take the max of this call's tiles
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs,
