@@ -381,6 +381,15 @@ MATMUL_PRECISION = [
         r"precision_config\.flex_ctx\.out_data\.actual_scale must be torch\.float32"),
     bad("acc_data.scale", lambda c: matmul_ogs(c.x, c.w, None, precision_config=flex(acc_data=InFlexData(
         scale=c.ones(1)))), r"precision_config\.flex_ctx\.acc_data", r"leave it None", exc=Unsupported),
+    bad("acc_scale=2.0", lambda c: matmul_ogs(c.x, c.w, None, precision_config=pc(acc_scale=2.0)),
+        r"precision_config\.acc_scale=2\.0 is not supported", r"leave it 1\.0 and scale y_acc_in itself",
+        exc=Unsupported),
+    bad("acc_scale=2.0-after-a-planned-call",  # (a replayed plan checks nothing its signature does not hold)
+        lambda c: [matmul_ogs(c.x, c.w, None, precision_config=pc(acc_scale=scale)) for scale in (1.0, 2.0)],
+        r"precision_config\.acc_scale=2\.0 is not supported", exc=Unsupported),
+    bad("acc_scale=2.0-under-autograd", lambda c: matmul_ogs(c.x.requires_grad_(), c.w, None,
+                                                             precision_config=pc(acc_scale=2.0)),
+        r"precision_config\.acc_scale=2\.0 is not supported", exc=Unsupported),
     bad("max_num_imprecise_acc-on-fp16", lambda c: matmul_ogs(c.x, c.w, None,
                                                               precision_config=pc(max_num_imprecise_acc=32)),
         r"precision_config\.max_num_imprecise_acc applies to fp8 x fp8 matmuls only", r"leave it None"),

@@ -243,9 +243,9 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
     lhs, rhs, out = flex.lhs_data, flex.rhs_data, flex.out_data
     tensors = [x, w.data if swizzled else w, bias, betas, gammas, y, y_acc_in, pc.weight_scale, pc.out_scale,
                pc.act_scale, lhs.scale, rhs.scale, out.expected_scale, out.actual_scale, flex.acc_data.scale, preact]
-    scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.max_num_imprecise_acc, pc.allow_tf32,
-               pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype, rhs.dtype,
-               act.specs, epi.specs,
+    scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.acc_scale, pc.max_num_imprecise_acc,
+               pc.allow_tf32, pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype,
+               rhs.dtype, act.specs, epi.specs,
                (w.k, w.n, w.layout, w.capability, scales_at_most_2(pc.weight_scale)) if swizzled else None,
                routing_data is None, gather_indx is None, scatter_indx is None]
     derived = ()

@@ -190,7 +190,17 @@ def check_fused_comm(comm, x, y, batched: bool, y_acc_in, out_rows: int) -> None
                                 f"(ranks / n_reduce_shards)")
 
 
+def check_acc_scale(pc: PrecisionConfig) -> None:
+    """``acc_scale`` would scale y_acc_in (y = result + acc_scale * y_acc_in), which no kernel does."""
+    if not isinstance(pc.acc_scale, (int, float)) or pc.acc_scale != 1:
+        raise UnsupportedError(f"precision_config.acc_scale={pc.acc_scale!r} is not supported (it would scale "
+                               f"y_acc_in: y = result + acc_scale * y_acc_in; triton_kernels' matmul_ogs ignores it): "
+                               f"leave it 1.0 and scale y_acc_in itself, y_acc_in * acc_scale (or "
+                               f"y_acc_in.mul_(acc_scale) when y_acc_in is y)")
+
+
 def reject_unsupported(pc: PrecisionConfig):
+    check_acc_scale(pc)
     unsupported = {
         "precision_config.flex_ctx.acc_data (a y_acc_in scale)": pc.flex_ctx.acc_data.scale is not None,
     }
