@@ -122,7 +122,10 @@ def routing(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False, expt
         raise SpecError(f"logits must be floating point, got {logits.dtype}")
     check_kernel_device(logits, "logits")
     n_expts_tot = logits.shape[1]
-    if not isinstance(n_expts_act, int) or not 1 <= n_expts_act <= n_expts_tot:
+    if not isinstance(n_expts_act, int) or isinstance(n_expts_act, bool):
+        raise SpecTypeError(f"n_expts_act must be an int in [1, n_expts_tot={n_expts_tot}] (the experts per token), "
+                            f"got {n_expts_act!r}")
+    if not 1 <= n_expts_act <= n_expts_tot:
         raise SpecError(f"n_expts_act must be an int in [1, n_expts_tot={n_expts_tot}], got {n_expts_act!r}")
     scores = torch.softmax(logits.float(), dim=-1) if sm_first else logits.float()
     if expt_indx is None:
