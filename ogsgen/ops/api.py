@@ -17,7 +17,7 @@ from .custom_ops import matmul_ogs_inner_op, matmul_ogs_op
 from .gradients import saves_preact
 
 _PLAIN_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
-_DEFAULT_PRECISION = PrecisionConfig()  # built once: torch.compile cannot trace its construction
+_DEFAULT_PRECISION = PrecisionConfig()
 
 
 def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, precision_config=None,
