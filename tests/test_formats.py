@@ -117,13 +117,14 @@ def test_scale_rounding_modes(element, largest, emax, device):
     assert dequantize_mx(*quantize_mx(x, element, rounding="down"), element)[0].item() == largest
 
 
-def test_quantize_errors():
+def test_quantize_errors(device):
+    # (on the device the kernels run on: quantize_mx checks x's device before its shape)
     with pytest.raises(ogsgen.SpecError, match="its size must be even"):
-        quantize_mx(torch.randn(3, 33), "e2m1")
+        quantize_mx(torch.randn(3, 33, device=device), "e2m1")
     with pytest.raises(ogsgen.SpecError, match="element must be one of"):
-        quantize_mx(torch.randn(3, 32), "e3m2")
+        quantize_mx(torch.randn(3, 32, device=device), "e3m2")
     with pytest.raises(ogsgen.SpecError, match="rounding must be one of"):
-        quantize_mx_torch(torch.randn(3, 32), "e4m3", rounding="nearest")
+        quantize_mx_torch(torch.randn(3, 32, device=device), "e4m3", rounding="nearest")
 
 
 # ---------------------------------------------------------------- MX weights in matmul_ogs
