@@ -10,6 +10,7 @@ from ogsgen.testing import assert_close
 
 pytestmark = pytest.mark.usefixtures("kernels_on_demand")  # (bias with betas is not in the default catalog)
 M, K, N = 8, 16, 24
+IEEE = PrecisionConfig(allow_tf32=False)  # fp32 dots in full precision on the GPU too
 
 
 def negated_memory(t):
@@ -32,7 +33,8 @@ def test_lazy_inputs_are_read_as_their_values(argument, lazy, device):
     expected = (x @ w + bias * betas[:, None]) * gammas[:, None]
     args[argument] = lazy(args[argument])
     assert args[argument].is_neg()
-    y = matmul_ogs(args["x"], args["w"], args["bias"], betas=args["betas"], gammas=args["gammas"])
+    y = matmul_ogs(args["x"], args["w"], args["bias"], betas=args["betas"], gammas=args["gammas"],
+                   precision_config=IEEE)
     assert_close(expected, y, maxtol=1e-5, rmstol=1e-6)
 
 
@@ -41,9 +43,9 @@ def test_a_replayed_plan_reads_a_lazy_input_as_its_values(device):
     # must not replay it on its raw memory.
     x, w = torch.randn(M, K, device=device), torch.randn(K, N, device=device)
     expected = x.double() @ w.double()
-    assert_close(expected, matmul_ogs(x, w, None), maxtol=1e-5, rmstol=1e-6)
-    assert_close(expected, matmul_ogs(negated_memory(x), w, None), maxtol=1e-5, rmstol=1e-6)
-    assert_close(-expected, matmul_ogs(torch._neg_view(x), w, None), maxtol=1e-5, rmstol=1e-6)
+    assert_close(expected, matmul_ogs(x, w, None, precision_config=IEEE), maxtol=1e-5, rmstol=1e-6)
+    assert_close(expected, matmul_ogs(negated_memory(x), w, None, precision_config=IEEE), maxtol=1e-5, rmstol=1e-6)
+    assert_close(-expected, matmul_ogs(torch._neg_view(x), w, None, precision_config=IEEE), maxtol=1e-5, rmstol=1e-6)
 
 
 def test_lazy_flexpoint_weight_scale(device):
@@ -72,7 +74,7 @@ def test_lazy_inputs_of_a_ragged_k_product(device):
     x, w = torch.randn(M, 6, device=device), torch.randn(6, N, device=device)
     hist = torch.tensor([2, 0, 4], dtype=torch.int32, device=device)
     inner = ogsgen.InnerRoutingData(ogsgen.RoutingData(None, hist, 3, 1))
-    y = matmul_ogs(negated_memory(x), w, None, inner_routing_data=inner)
+    y = matmul_ogs(negated_memory(x), w, None, inner_routing_data=inner, precision_config=IEEE)
     x, w = x.double(), w.double()
     expected = torch.stack([x[:, :2] @ w[:2], torch.zeros(M, N, dtype=torch.float64, device=device),
                             x[:, 2:] @ w[2:]])
