@@ -90,19 +90,28 @@ class OutFlexData:
     checksum_scale: torch.Tensor | None = None
 
 
+# The defaults of FlexCtx's and PrecisionConfig's fields: one shared immutable instance each, returned by a function,
+# so that torch.compile(fullgraph=True) traces building them. (Dynamo can neither call a class given as a field's
+# default_factory nor read a default instance kept by the generated __init__; a module global it reads.)
+_NO_IN_FLEX, _NO_OUT_FLEX = InFlexData(), OutFlexData()
+
+
 @dataclass(frozen=True)
 class FlexCtx:
-    lhs_data: InFlexData = InFlexData()
-    rhs_data: InFlexData = InFlexData()
-    out_data: OutFlexData = OutFlexData()
-    acc_data: InFlexData = InFlexData()
+    lhs_data: InFlexData = field(default_factory=lambda: _NO_IN_FLEX)
+    rhs_data: InFlexData = field(default_factory=lambda: _NO_IN_FLEX)
+    out_data: OutFlexData = field(default_factory=lambda: _NO_OUT_FLEX)
+    acc_data: InFlexData = field(default_factory=lambda: _NO_IN_FLEX)
+
+
+_NO_FLEX = FlexCtx()
 
 
 @dataclass
 class PrecisionConfig:
     max_num_imprecise_acc: int | None = None
     allow_tf32: bool = True
-    flex_ctx: FlexCtx = field(default_factory=FlexCtx)
+    flex_ctx: FlexCtx = field(default_factory=lambda: _NO_FLEX)
     acc_scale: float = 1.0
     flexpoint_saturate_inf: bool = False
     report_quantization_err_fn: object = None

@@ -1,4 +1,7 @@
-"""An output that shares memory with an input is refused, on the checked path and on a replayed plan alike."""
+"""An output that shares memory with an input, or whose elements overlap each other, is refused, on the checked path
+and on a replayed plan alike."""
+import re
+
 import pytest
 import torch
 
@@ -75,6 +78,25 @@ def test_disjoint_views_of_one_buffer_are_accepted(device):
     buffer[:32] = x
     out = matmul_ogs(buffer[:32], w, None, y=buffer[32:])
     assert_close(x.float() @ w.float(), out.float())
+
+
+@pytest.mark.parametrize("layout,strides", [
+    ("rows with gaps", (40, 1)), ("transposed", (1, 32)), ("rows overlapping by 8 elements", (24, 1)),
+    ("rows overlapping a transposed column", (1, 16))])
+def test_output_elements_overlapping_each_other_are_refused(layout, strides, device):
+    # Every stride away from 0 was taken once: rows closer than their length overlap, and programs storing them
+    # race for the shared elements.
+    x, w = _square(device)
+    buffer = torch.zeros(32 * 40, device=device).half()
+    y = buffer.as_strided((32, 32), strides)
+    if "overlapping" in layout:
+        with pytest.raises(SpecError, match=re.escape(f"y (shape (32, 32), strides {strides}) has elements that "
+                                                      f"overlap each other")):
+            matmul_ogs(x, w, None, y=y)
+        assert not buffer.any()
+    else:
+        assert matmul_ogs(x, w, None, y=y) is y
+        assert_close(x.float() @ w.float(), y.float())
 
 
 def test_the_launch_path_refuses_gradients(device):

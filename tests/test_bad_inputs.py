@@ -13,8 +13,8 @@ import torch
 import triton
 
 import ogsgen
-from ogsgen import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, OutFlexData, PrecisionConfig,
-                    RoutingData, ScatterIndx, matmul_ogs)
+from ogsgen import (Epilogue, FlexCtx, FusedActivation, GatherIndx, InFlexData, InnerRoutingData, OutFlexData,
+                    PrecisionConfig, RoutingData, ScatterIndx, matmul_ogs)
 from ogsgen.moe import checks as routing_checks
 from ogsgen.numerics import quantize_mx
 from ogsgen.spec import (BF16, FP16, FP32, KernelVariant, NumericFormat, format_named, load_catalog_file,
@@ -272,6 +272,33 @@ MATMUL_VECTORS_AND_OUTPUTS = [
     bad("y-rows-alias-(stride-0)", lambda c: matmul_ogs(c.x, c.w, None, y=c.zeros(1, N, dtype=torch.float16)
                                                         .expand(M, N)),
         r"\by\b.*(overlap|stride)"),
+    bad("y-rows-overlap", lambda c: matmul_ogs(c.x, c.w, None, y=c.zeros(M * N, dtype=torch.float16).as_strided(
+        (M, N), (N // 2, 1))), r"y \(shape \(8, 32\), strides \(16, 1\)\) has elements that overlap each other",
+        r"pass a tensor with distinct elements"),
+    bad("out_scale-rows-overlap",
+        lambda c: matmul_ogs(c.x.bfloat16(), c.randn(K, 2 * N, dtype=torch.bfloat16), None,
+                             precision_config=pc(out_scale=c.scales(M + 1).as_strided((M, 2), (1, 1)))),
+        r"precision_config\.out_scale \(shape \(8, 2\), strides \(1, 1\)\) has elements that overlap"),
+    bad("inner-y-rows-overlap",
+        lambda c: matmul_ogs(c.randn(M, 8), c.randn(8, N), None, y=c.zeros(E * M * N, dtype=torch.float16).as_strided(
+            (E, M, N), (M * N, N // 2, 1)), inner_routing_data=InnerRoutingData(RoutingData(None, c.hist(2, 2, 2, 2),
+                                                                                            E, 1))),
+        r"y \(shape \(4, 8, 32\), strides \(256, 16, 1\)\) has elements that overlap"),
+    # torch._neg_view(t) reads as -t but keeps t's memory, which is what the kernels write
+    bad("y-lazily-negated", lambda c: matmul_ogs(c.x, c.w, None, y=torch._neg_view(c.zeros(M, N, dtype=torch.float16))),
+        r"y is a lazily negated or conjugated view", r"pass a tensor without the flag"),
+    bad("y_acc_in-is-y-lazily-negated",
+        lambda c: (lambda y: matmul_ogs(c.x, c.w, None, y=y, y_acc_in=y))(torch._neg_view(c.zeros(
+            M, N, dtype=torch.float16))), r"y is a lazily negated or conjugated view"),
+    bad("out_scale-lazily-negated",
+        lambda c: matmul_ogs(c.x.bfloat16(), c.w.bfloat16(), None,
+                             precision_config=pc(out_scale=torch._neg_view(c.scales(M, 1)))),
+        r"precision_config\.out_scale is a lazily negated or conjugated view"),
+    bad("actual_scale-lazily-negated",
+        lambda c: matmul_ogs(c.x.to(torch.float8_e4m3fn), c.w.to(torch.float8_e4m3fn), None,
+                             precision_config=PrecisionConfig(out_dtype=torch.float8_e4m3fn, flex_ctx=FlexCtx(
+                                 out_data=OutFlexData(actual_scale=torch._neg_view(c.zeros(1)))))),
+        r"precision_config\.flex_ctx\.out_data\.actual_scale is a lazily negated or conjugated view"),
     bad("y_acc_in=numpy", lambda c: matmul_ogs(c.x, c.w, None, y_acc_in=np.zeros((M, N), np.float16)),
         r"y_acc_in must be a torch\.Tensor", exc=SpecTypeError),
     bad("y_acc_in-with-scatter", lambda c: matmul_ogs(c.xs, c.wE, None, c.rd, scatter_indx=c.si,
@@ -354,6 +381,15 @@ MATMUL_PRECISION = [
         r"precision_config\.flex_ctx\.out_data\.actual_scale must be torch\.float32"),
     bad("acc_data.scale", lambda c: matmul_ogs(c.x, c.w, None, precision_config=flex(acc_data=InFlexData(
         scale=c.ones(1)))), r"precision_config\.flex_ctx\.acc_data", r"leave it None", exc=Unsupported),
+    bad("acc_scale=2.0", lambda c: matmul_ogs(c.x, c.w, None, precision_config=pc(acc_scale=2.0)),
+        r"precision_config\.acc_scale=2\.0 is not supported", r"leave it 1\.0 and scale y_acc_in itself",
+        exc=Unsupported),
+    bad("acc_scale=2.0-after-a-planned-call",  # (a replayed plan checks nothing its signature does not hold)
+        lambda c: [matmul_ogs(c.x, c.w, None, precision_config=pc(acc_scale=scale)) for scale in (1.0, 2.0)],
+        r"precision_config\.acc_scale=2\.0 is not supported", exc=Unsupported),
+    bad("acc_scale=2.0-under-autograd", lambda c: matmul_ogs(c.x.requires_grad_(), c.w, None,
+                                                             precision_config=pc(acc_scale=2.0)),
+        r"precision_config\.acc_scale=2\.0 is not supported", exc=Unsupported),
     bad("max_num_imprecise_acc-on-fp16", lambda c: matmul_ogs(c.x, c.w, None,
                                                               precision_config=pc(max_num_imprecise_acc=32)),
         r"precision_config\.max_num_imprecise_acc applies to fp8 x fp8 matmuls only", r"leave it None"),
@@ -498,6 +534,8 @@ ROUTING = [
         r"n_expts_act must be an int in \[1, n_expts_tot=4\], got 5"),
     bad("routing-n_expts_act=2.0", lambda c: ogsgen.routing(c.randn(M, E, dtype=torch.float32), 2.0),
         r"n_expts_act must be an int .* got 2\.0"),
+    bad("routing-n_expts_act=True", lambda c: ogsgen.routing(c.randn(M, E, dtype=torch.float32), True),
+        r"n_expts_act must be an int in \[1, n_expts_tot=4\] \(the experts per token\), got True", exc=SpecTypeError),
     bad("routing-expt_indx-shape", lambda c: ogsgen.routing(c.randn(M, E, dtype=torch.float32), TOPK,
                                                             expt_indx=c.zeros(M, 3, dtype=torch.int64)),
         r"expt_indx must have shape \(8, 2\), got \(8, 3\)"),
@@ -653,6 +691,13 @@ FUNCTIONS = [
         r"epilogue '_bad_inputs_add_const': only an activation takes a backward function"),
     bad("register-name=int", lambda c: ogsgen.register_activation(_bad_inputs_scale, name=5, arg_names=("alpha",)),
         r"name must be a valid Python identifier .*got 5"),
+    # Python reads a non-ASCII identifier as its NFKC form: a kernel rendered with 'ﬁ_scale' would define fi_scale
+    bad("register-name-non-ascii", lambda c: ogsgen.register_activation(_bad_inputs_scale, name="\ufb01_scale",
+                                                                        arg_names=("alpha",)),
+        r"FnSpecs name must be a valid Python identifier of ASCII letters, digits and '_', got '\ufb01_scale'"),
+    bad("register-epilogue-name-non-ascii", lambda c: ogsgen.register_epilogue(_bad_inputs_add_const,
+                                                                               name="add_\uff43onst", arg_names=("c",)),
+        r"FnSpecs name must be a valid Python identifier of ASCII .*got 'add_\uff43onst'"),
     bad("FnSpecs-fn=None", lambda c: ogsgen.FnSpecs("bad_inputs_relu", None),
         r"FnSpecs 'bad_inputs_relu': fn must be a @triton\.jit function, got NoneType"),
     bad("FnSpecs-default-with-args", lambda c: ogsgen.FnSpecs("", None, ("a",)),

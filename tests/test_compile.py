@@ -136,3 +136,16 @@ def test_reduce_overhead_mode_captures_the_layer():
         for _ in range(3):  # warm-up runs, then a recorded graph replayed
             out = compiled(*params)
         torch.testing.assert_close(out, moe_layer(*params), atol=0, rtol=0)
+
+
+def test_precision_config_built_inside_a_compiled_function(device):
+    """A PrecisionConfig (and its FlexCtx) built in the compiled code itself, as a model's forward does."""
+    def dense(x, w):
+        pc = ogsgen.PrecisionConfig(out_dtype=torch.float32, flex_ctx=ogsgen.FlexCtx())
+        return ogsgen.matmul_ogs(x, w, None, precision_config=pc)
+
+    x, w = torch.randn(8, 32, device=device).bfloat16(), torch.randn(32, 16, device=device).bfloat16()
+    torch._dynamo.reset()
+    y = torch.compile(dense, fullgraph=True, backend="aot_eager")(x, w)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y.double(), x.double() @ w.double(), atol=1e-4, rtol=1e-5)

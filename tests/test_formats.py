@@ -117,13 +117,14 @@ def test_scale_rounding_modes(element, largest, emax, device):
     assert dequantize_mx(*quantize_mx(x, element, rounding="down"), element)[0].item() == largest
 
 
-def test_quantize_errors():
+def test_quantize_errors(device):
+    # (on the device the kernels run on: quantize_mx checks x's device before its shape)
     with pytest.raises(ogsgen.SpecError, match="its size must be even"):
-        quantize_mx(torch.randn(3, 33), "e2m1")
+        quantize_mx(torch.randn(3, 33, device=device), "e2m1")
     with pytest.raises(ogsgen.SpecError, match="element must be one of"):
-        quantize_mx(torch.randn(3, 32), "e3m2")
+        quantize_mx(torch.randn(3, 32, device=device), "e3m2")
     with pytest.raises(ogsgen.SpecError, match="rounding must be one of"):
-        quantize_mx_torch(torch.randn(3, 32), "e4m3", rounding="nearest")
+        quantize_mx_torch(torch.randn(3, 32, device=device), "e4m3", rounding="nearest")
 
 
 # ---------------------------------------------------------------- MX weights in matmul_ogs
@@ -412,6 +413,21 @@ def test_flexpoint_saturation(device):
     y = matmul_ogs(x, w, None, precision_config=pc)  # every value is 512 > 448
     assert (y.float() == 448.0).all()
     assert actual.item() == (torch.tensor([512.0]) / max_finite(torch.float8_e4m3fn)).item()
+
+
+def test_flexpoint_actual_scale_of_a_call_without_rows(device):
+    # A call's actual_scale is its output's absmax / max_finite: 0 for no rows, not the previous call's value.
+    dtype = torch.float8_e4m3fn
+    w = _exact_fp8((64, 32), dtype, device).mT.contiguous().mT
+    actual = torch.zeros(1, device=device)
+    pc = PrecisionConfig(out_dtype=dtype, flex_ctx=FlexCtx(out_data=OutFlexData(actual_scale=actual)))
+    x = _exact_fp8((16, 64), dtype, device)
+    matmul_ogs(x, w, None, precision_config=pc)
+    assert actual.item() > 0 and abs(actual.item() - actual_scale_torch(x.float() @ w.float(), dtype).item()) < 1e-10
+    for _ in range(2):  # the checked call, then its replayed plan
+        actual.fill_(1.0)
+        y = matmul_ogs(x[:0], w, None, precision_config=pc)
+        assert y.shape == (0, 32) and actual.item() == 0.0
 
 
 def test_bitwise_invariance(device):

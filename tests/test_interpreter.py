@@ -4,10 +4,15 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
+
+import ogsgen
+from ogsgen.testing import assert_close
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,3 +97,26 @@ def _plugin_registered() -> bool:
 def test_the_plugin_is_declared_as_a_pytest_entry_point():
     text = (ROOT / "pyproject.toml").read_text()
     assert '[project.entry-points.pytest11]\nogsgen = "ogsgen.pytest_plugin"' in text
+
+
+def test_threads_calling_ogsgen_at_once_get_right_answers():
+    # The interpreter keeps a launch's state in globals: concurrent launches once failed with InterpreterError.
+    threads = 3
+    start = threading.Barrier(threads)
+
+    def moe_call(seed):
+        g = torch.Generator().manual_seed(seed)
+        x, w = torch.randn(16, 32, generator=g).bfloat16(), torch.randn(4, 32, 16, generator=g).bfloat16()
+        logits = torch.randn(16, 4, generator=g)
+        start.wait()
+        results = []
+        for _ in range(2):
+            rd, gi, _ = ogsgen.routing(logits, 2)
+            y = ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi)
+            results.append((ogsgen.matmul_ogs_torch(x.double(), w.double(), None, rd, gather_indx=gi), y))
+        return results
+
+    with ThreadPoolExecutor(threads) as pool:
+        for results in pool.map(moe_call, range(threads)):
+            for ref, y in results:
+                assert_close(ref, y)

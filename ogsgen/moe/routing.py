@@ -58,7 +58,9 @@ def routing_from_topk(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expt
     _check_topk_inputs(topk_ids, topk_weights, n_expts_tot, expected_tokens_per_expt)
     n_tokens, n_expts_act = topk_ids.shape
     device = topk_ids.device
-    ids = topk_ids.reshape(-1)  # in the caller's integer dtype: range-checked before anything narrows it
+    # In the caller's integer dtype: range-checked before anything narrows it. The histogram kernels read its memory:
+    # a lazily negated view (torch._neg_view) is resolved to a copy holding its values.
+    ids = topk_ids.resolve_neg().reshape(-1)
     n_gates = ids.numel()
     check_row_count(n_gates, "topk_ids.numel()")
     if host_checks_apply(ids):
@@ -120,7 +122,10 @@ def routing(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False, expt
         raise SpecError(f"logits must be floating point, got {logits.dtype}")
     check_kernel_device(logits, "logits")
     n_expts_tot = logits.shape[1]
-    if not isinstance(n_expts_act, int) or not 1 <= n_expts_act <= n_expts_tot:
+    if not isinstance(n_expts_act, int) or isinstance(n_expts_act, bool):
+        raise SpecTypeError(f"n_expts_act must be an int in [1, n_expts_tot={n_expts_tot}] (the experts per token), "
+                            f"got {n_expts_act!r}")
+    if not 1 <= n_expts_act <= n_expts_tot:
         raise SpecError(f"n_expts_act must be an int in [1, n_expts_tot={n_expts_tot}], got {n_expts_act!r}")
     scores = torch.softmax(logits.float(), dim=-1) if sm_first else logits.float()
     if expt_indx is None:

@@ -1,4 +1,5 @@
 """Scaled numeric formats: MX (e8m0 block scales) and flexpoint (fp8 with fp32 tensor scales)."""
+from . import interpreter  # noqa: F401 (under TRITON_INTERPRET=1: interpreted launches take turns)
 from .flex import actual_scale_torch, max_finite
 from .kernels import dequantize_mx, quantize_mx
 from .layouts import SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values

@@ -18,14 +18,21 @@ Python scalar fails or gives NaN; a function to be tested on the CPU should comp
 ogsgen installs the corrections before its first interpreted launch (``OGSGEN_INTERPRETER_FIXES=0`` keeps the
 interpreter as it is, with a warning when a kernel of a format it gets wrong runs); ``ogsgen.testing``'s pytest
 plugin installs them when a session starts under the interpreter, so that a user's own kernels are corrected too.
+
+The interpreter is not thread-safe either: a launch keeps its state in module globals (the patched
+``triton.language`` functions, the program id), so launches from several threads fail or compute wrong values.
+Under TRITON_INTERPRET=1, importing ``ogsgen.numerics`` makes interpreted launches take turns (a user's own kernels'
+too, :func:`serialize_launches`): threads calling ogsgen get right answers, one launch at a time.
 """
 import os
+import threading
 
 import numpy as np
 import torch
 import triton.language as tl
 from triton.runtime import interpreter
 
+from ..devices import interpreting
 from ..errors import warn_at_caller
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
 from .jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E2M1_WORD_TO_BF16_SMALL_SCALES, REQUEST_WGMMA_WAITS
@@ -161,3 +168,24 @@ def prepare(elements) -> None:
                        "and OGSGEN_INTERPRETER_FIXES=0 keeps it uncorrected: results of bf16, fp8 and mxfp4 kernels on "
                        "the CPU will be wrong. Unset it, or call ogsgen.testing.install_interpreter_fixes().",
                        RuntimeWarning)
+
+
+_launch_lock = threading.RLock()
+
+
+def serialize_launches() -> None:
+    """Let one interpreted launch run at a time in this process, whichever thread makes it (idempotent)."""
+    run = interpreter.InterpretedFunction.run
+    if getattr(run, "_ogsgen_serialized", False):
+        return
+
+    def serialized(self, *args, **kwargs):
+        with _launch_lock:
+            return run(self, *args, **kwargs)
+
+    serialized._ogsgen_serialized = True
+    interpreter.InterpretedFunction.run = serialized
+
+
+if interpreting():  # before any of ogsgen's kernels can launch (every module that defines one imports this package)
+    serialize_launches()

@@ -10,13 +10,14 @@ from ..errors import SpecError, UnsupportedError
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics.layouts import SwizzledMxValues
 from ..runtime import matmul as runtime
+from ..runtime.validation import check_acc_scale
 from ..spec.functions import registered
 from ..types import PrecisionConfig, RoutingData
 from .custom_ops import matmul_ogs_inner_op, matmul_ogs_op
 from .gradients import saves_preact
 
 _PLAIN_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
-_DEFAULT_PRECISION = PrecisionConfig()  # built once: torch.compile cannot trace its construction
+_DEFAULT_PRECISION = PrecisionConfig()
 
 
 def matmul_ogs(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, precision_config=None,
@@ -48,6 +49,7 @@ def _through_custom_op(x, w, bias, routing_data, gather_indx, scatter_indx, pc, 
                        fused_comm, act, epi, y_acc_in, inner):
     why = "under autograd (an input requires grad) or torch.compile"
     pc = pc if pc is not None else _DEFAULT_PRECISION
+    check_acc_scale(pc)  # (the custom op takes only out_dtype and allow_tf32 of it)
     unsupported = {
         "y (a preallocated output)": y is not None, "fused_comm": fused_comm is not None,
         "epilogue": epi is not None and not epi.specs.is_default,

@@ -25,7 +25,7 @@ from . import plans
 from .arguments import Call, MatmulInputs, matmul_launch
 from .opt_flags import TILE_KEYS, current_constraints, make_opt_flags
 from .memory import check_outputs_disjoint
-from .validation import check_devices, check_tensor, check_vector
+from .validation import check_devices, check_distinct_elements, check_tensor, check_vector
 
 _INNER_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 WIDE_TILE_MIN = 1024  # 16-bit ragged-K products at least this many rows and columns take 128x256 tiles
@@ -78,6 +78,7 @@ def inner_matmul(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
         read["y_acc_in"] = y_acc_in
     written = {"y": y} if y is not None else {}
     check_devices(x, {**read, **written})
+    check_distinct_elements(written)
     check_outputs_disjoint(written, read, same_allowed=(("y", "y_acc_in"),))
     if routing_checks.host_checks_apply(x):
         _check_segments_on_host(base.expt_hist, inner, x_len, w_len, gather_indx, x.shape[1])

@@ -25,7 +25,7 @@ from .inner import inner_matmul
 from .opt_flags import current_constraints, make_opt_flags
 from .validation import (check_argument_types, check_devices, check_distinct_elements, check_fused_comm, check_routing,
                          check_scales, check_tensor, check_vector, named_tensors, operand_formats, persistent_blocker,
-                         reinterpret, reject_unsupported, tma_blocker)
+                         reinterpret, reject_unsupported, resolve_lazy_views, tma_blocker, written_tensors)
 
 _MAX_GRID_Y = 65535
 
@@ -243,9 +243,9 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
     lhs, rhs, out = flex.lhs_data, flex.rhs_data, flex.out_data
     tensors = [x, w.data if swizzled else w, bias, betas, gammas, y, y_acc_in, pc.weight_scale, pc.out_scale,
                pc.act_scale, lhs.scale, rhs.scale, out.expected_scale, out.actual_scale, flex.acc_data.scale, preact]
-    scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.max_num_imprecise_acc, pc.allow_tf32,
-               pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype, rhs.dtype,
-               act.specs, epi.specs,
+    scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.acc_scale, pc.max_num_imprecise_acc,
+               pc.allow_tf32, pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype,
+               rhs.dtype, act.specs, epi.specs,
                (w.k, w.n, w.layout, w.capability, scales_at_most_2(pc.weight_scale)) if swizzled else None,
                routing_data is None, gather_indx is None, scatter_indx is None]
     derived = ()
@@ -264,7 +264,9 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
     tensors += (*act.fn_args, *epi.fn_arg_values_matmul, *epi.fn_arg_values_finalize)
     if x.is_cuda:
         scalars.append(torch.cuda.current_device())
-    described = [None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
+    # (is_neg: a lazily negated view's memory holds other values, which the checked path resolves; the conjugate
+    # flag exists only on complex tensors, which no kernel takes)
+    described = [None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15, t.is_neg())
                  if isinstance(t, torch.Tensor) else (t.__class__, t) for t in tensors]
     tensors += derived
     return tensors, (*scalars, *described)
@@ -275,6 +277,10 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     """``matmul_ogs`` with every argument checked, for the first call of a signature."""
     check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi)
     reject_unsupported(pc)
+    (x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, fused_comm, act, epi, y_acc_in,
+     inner_routing_data) = resolve_lazy_views(written_tensors(pc, y, preact), (
+        x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, fused_comm, act, epi, y_acc_in,
+        inner_routing_data))
     if inner_routing_data is not None:
         if preact is not None:
             raise SpecError("preact is taken by matmuls with an activation, not with inner_routing_data")
@@ -373,6 +379,9 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     memory.check_outputs_disjoint(written, read, same_allowed=(("y", "y_acc_in"),))
     if y is None:
         y = plans.new_buffer(out_shape, out_dtype, x.device)
+    if y_fmt.scaling == "flexpoint" and pc.flex_ctx.out_data.actual_scale is not None:
+        # atomics take the max of this call's tiles; a call without output elements has none, its absmax 0
+        plans.zero(pc.flex_ctx.out_data.actual_scale)
     if batch * out_rows * n_out == 0:
         return y
     if ragged and routing_data.expt_data is None:
@@ -380,8 +389,6 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                                    routing_data.n_expts_act, make_ragged_tensor_metadata(routing_data.expt_hist, m),
                                    routing_data.expected_tokens_per_expt)
 
-    if y_fmt.scaling == "flexpoint" and pc.flex_ctx.out_data.actual_scale is not None:
-        plans.zero(pc.flex_ctx.out_data.actual_scale)  # atomics take the max of this call's tiles
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs,

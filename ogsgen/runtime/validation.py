@@ -2,6 +2,7 @@
 formats they imply; each bad argument raises an OgsgenError that names it and the fix."""
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 import torch
@@ -94,13 +95,57 @@ def check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act,
 
 
 def check_distinct_elements(tensors: dict) -> None:
-    """A written tensor whose elements do not overlap each other (an expanded tensor's do: every program would
-    store to the same memory)."""
+    """Written tensors whose elements do not overlap each other (an expanded tensor's do, and rows closer together
+    than their length: programs would store to the same memory). Taken by increasing stride, each dimension must
+    step past the span of the ones before it; that also refuses the few layouts whose dimensions interleave
+    without overlapping (strides (2, 3) for shape (3, 2)), which no allocation makes."""
     for name, t in tensors.items():
-        for dim, (size, stride) in enumerate(zip(t.shape, t.stride())):
-            if size > 1 and stride == 0:
-                raise SpecError(f"{name} has stride 0 along dimension {dim} (an expanded tensor): its elements "
-                                f"overlap each other; pass a tensor with distinct elements ({name}.contiguous())")
+        if t.numel() == 0:
+            continue
+        span = 0  # the elements the dimensions of smaller strides reach past the first one
+        for stride, size in sorted((abs(stride), size) for size, stride in zip(t.shape, t.stride()) if size > 1):
+            if stride <= span:
+                raise SpecError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) has elements that overlap "
+                                f"each other in memory{' (an expanded tensor)' if stride == 0 else ''}: the kernels "
+                                f"would store several results to one address; pass a tensor with distinct elements, "
+                                f"such as torch.empty's")
+            span += (size - 1) * stride
+
+
+def is_lazy_view(t: torch.Tensor) -> bool:
+    """Whether torch keeps ``t``'s negation or conjugation as a flag (``torch._neg_view``, the imaginary part of a
+    ``conj()`` view) and not in its memory, which is what a kernel reads and writes."""
+    return t.is_neg() or t.is_conj()
+
+
+def resolve_lazy_views(written: dict, arguments: tuple) -> tuple:
+    """``arguments`` (a call's) with each lazily negated or conjugated tensor in them (themselves, their tuples'
+    items and their dataclasses' fields, at any depth) replaced by a copy holding its values; the very same
+    objects where there is none. A written tensor (``written``: by argument name) with the flag is refused: the
+    kernels would write a copy, not it."""
+    for name, t in written.items():
+        if is_lazy_view(t):
+            raise SpecError(f"{name} is a lazily negated or conjugated view ({name}.is_neg() or {name}.is_conj() is "
+                            f"set): torch negates the values in its memory when it reads them, so what the kernels "
+                            f"write there would read back negated; pass a tensor without the flag (and negate or "
+                            f"conjugate the result afterwards)")
+    return _resolved(arguments)
+
+
+def _resolved(value):
+    if isinstance(value, torch.Tensor):
+        return value.resolve_neg().resolve_conj() if is_lazy_view(value) else value
+    if isinstance(value, tuple):
+        items = tuple(_resolved(item) for item in value)
+        return value if all(new is old for new, old in zip(items, value)) else items
+    fields = getattr(value, "__dataclass_fields__", None)
+    if fields is None or isinstance(value, type):
+        return value
+    changed = {}
+    for name, field in fields.items():
+        if field.init and (new := _resolved(old := getattr(value, name))) is not old:
+            changed[name] = new
+    return dataclasses.replace(value, **changed) if changed else value
 
 
 def check_fused_comm(comm, x, y, batched: bool, y_acc_in, out_rows: int) -> None:
@@ -145,7 +190,17 @@ def check_fused_comm(comm, x, y, batched: bool, y_acc_in, out_rows: int) -> None
                                 f"(ranks / n_reduce_shards)")
 
 
+def check_acc_scale(pc: PrecisionConfig) -> None:
+    """``acc_scale`` would scale y_acc_in (y = result + acc_scale * y_acc_in), which no kernel does."""
+    if not isinstance(pc.acc_scale, (int, float)) or pc.acc_scale != 1:
+        raise UnsupportedError(f"precision_config.acc_scale={pc.acc_scale!r} is not supported (it would scale "
+                               f"y_acc_in: y = result + acc_scale * y_acc_in; triton_kernels' matmul_ogs ignores it): "
+                               f"leave it 1.0 and scale y_acc_in itself, y_acc_in * acc_scale (or "
+                               f"y_acc_in.mul_(acc_scale) when y_acc_in is y)")
+
+
 def reject_unsupported(pc: PrecisionConfig):
+    check_acc_scale(pc)
     unsupported = {
         "precision_config.flex_ctx.acc_data (a y_acc_in scale)": pc.flex_ctx.acc_data.scale is not None,
     }
@@ -362,12 +417,9 @@ def check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) ->
 
 def named_tensors(x, w, bias, routing_data, gather_indx, scatter_indx, pc: PrecisionConfig, betas, gammas, y, act,
                    epi, y_acc_in, preact=None) -> tuple[dict, dict]:
-    """(written, read): a call's tensors by argument name, those the kernels write (y, an MX output's scales, a
-    flexpoint output's actual scale, preact) and the others; non-tensors (a function's float arguments) are left
-    out."""
+    """(written, read): a call's tensors by argument name, those the kernels write (``written_tensors``) and the
+    others; non-tensors (a function's float arguments) are left out."""
     flex = pc.flex_ctx
-    written = {"y": y, "precision_config.out_scale": pc.out_scale,
-               "precision_config.flex_ctx.out_data.actual_scale": flex.out_data.actual_scale, "preact": preact}
     read = {"x": x, "w": w, "bias": bias, "betas": betas, "gammas": gammas, "y_acc_in": y_acc_in,
             "precision_config.weight_scale": pc.weight_scale,
             "precision_config.flex_ctx.lhs_data.scale": flex.lhs_data.scale,
@@ -386,5 +438,12 @@ def named_tensors(x, w, bias, routing_data, gather_indx, scatter_indx, pc: Preci
                          ("epilogue.fn_arg_values_matmul", epi.fn_arg_values_matmul),
                          ("epilogue.fn_arg_values_finalize", epi.fn_arg_values_finalize)):
         read.update({f"{name}[{i}]": value for i, value in enumerate(values)})
-    return ({n: t for n, t in written.items() if isinstance(t, torch.Tensor)},
-            {n: t for n, t in read.items() if isinstance(t, torch.Tensor)})
+    return written_tensors(pc, y, preact), {n: t for n, t in read.items() if isinstance(t, torch.Tensor)}
+
+
+def written_tensors(pc: PrecisionConfig, y, preact=None) -> dict:
+    """The tensors a call's kernels write, by argument name: y, an MX output's scales, a flexpoint output's actual
+    scale, preact."""
+    written = {"y": y, "precision_config.out_scale": pc.out_scale,
+               "precision_config.flex_ctx.out_data.actual_scale": pc.flex_ctx.out_data.actual_scale, "preact": preact}
+    return {n: t for n, t in written.items() if isinstance(t, torch.Tensor)}

@@ -37,9 +37,11 @@ LEADING_PARAMS = {
 
 
 def check_identifier(value, what: str) -> str:
-    """Everything that reaches generated source must be a plain Python identifier."""
-    if not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value):
-        raise SpecError(f"{what} must be a valid Python identifier (letters, digits, '_'), got {value!r}")
+    """Everything that reaches generated source must be a plain Python identifier, and an ASCII one: Python reads a
+    non-ASCII identifier in source as its NFKC form ('ﬁ' as 'fi'), so the generated module would not define the
+    name the runtime looks up."""
+    if not isinstance(value, str) or not value.isascii() or not value.isidentifier() or keyword.iskeyword(value):
+        raise SpecError(f"{what} must be a valid Python identifier of ASCII letters, digits and '_', got {value!r}")
     return value
 
 
