@@ -15,7 +15,7 @@ PROVENANCE = {
     'functions': {},
     'helpers': {
         'request_wgmma_waits': 'e1346c903be90d27eff44d9f73816aaaf9453cce4f70e55f12f736403cfd389d',
-        'upcast_mx_rows': '82ce2ba931ba27ee21af5985607c9aebf2d594c266d95a4723dd1fb1eaeeb977',
+        'upcast_mx_rows': 'd461ce2c3d05d57a9b4b1fc5f9535dd2f0b56509e54989e3ece4953d7657db26',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_matmul_ogs.py.jinja',

@@ -15,7 +15,7 @@ PROVENANCE = {
     'functions': {},
     'helpers': {
         'request_wgmma_waits': 'e1346c903be90d27eff44d9f73816aaaf9453cce4f70e55f12f736403cfd389d',
-        'upcast_mxfp4_hopper_words': 'b42b37de000c2cff268074907f180806e3ec77bd383cab33ff299ca4ac9364a8',
+        'upcast_mxfp4_hopper_words': 'a7d8790831197aa838de131ae7902cbf4d4cd9554fca0c1cd3b6cdcad9637b7c',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_matmul_ogs.py.jinja',

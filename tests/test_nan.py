@@ -1,13 +1,15 @@
 """NaN and infinities through every path, against the torch reference: a NaN stays NaN (training relies on it to
-show a divergence) through the built-in activation and its backward, split-K reduces, the top-k combine and flexpoint
-saturation."""
+show a divergence) through the built-in activation and its backward, split-K reduces, the top-k combine, flexpoint
+saturation and MX quantization (whose e8m0 scale has a NaN code, 0xFF)."""
 import pytest
 import torch
 import triton
 import triton.language as tl
 
 import ogsgen
-from ogsgen import FusedActivation, matmul_ogs, matmul_ogs_torch
+from ogsgen import FusedActivation, PrecisionConfig, matmul_ogs, matmul_ogs_torch
+from ogsgen.numerics import dequantize_mx, dequantize_mx_torch, quantize_mx, quantize_mx_torch
+from ogsgen.numerics.mx import ELEMENTS
 from ogsgen.testing import assert_close
 
 NAN, INF = float("nan"), float("inf")
@@ -142,3 +144,80 @@ def test_fp8_nan_and_infinities_read_as_the_gpu(dtype, device):
     for part in out.cpu().view(3, 16):
         torch.testing.assert_close(part, want, equal_nan=True, rtol=0, atol=0)
 
+
+# ---------------------------------------------------------------- MX: a block with a NaN or an infinity has scale 0xFF
+
+def _with_nonfinite_blocks(x: torch.Tensor) -> torch.Tensor:
+    """x (rows of 96 along the last axis) with a NaN in block 0 of row 0, +inf in block 1 of row 1, -inf in block 2
+    of row 2 and both in row 3's last block."""
+    x = x.clone()
+    x[0, 3], x[1, 40], x[2, 95], x[3, 64], x[3, 70] = NAN, INF, -INF, NAN, INF
+    return x
+
+
+NONFINITE_BLOCKS = [(0, 0), (1, 1), (2, 2), (3, 2)]
+
+
+@pytest.mark.parametrize("element", ELEMENTS)
+@pytest.mark.parametrize("rounding", ["up", "down"])
+def test_quantize_mx_gives_nonfinite_blocks_the_nan_scale(element, rounding, device):
+    x = _with_nonfinite_blocks(torch.randn(5, 96, device=device) * 3)
+    v_tri, s_tri = quantize_mx(x, element, rounding=rounding)
+    v_ref, s_ref = quantize_mx_torch(x, element, rounding=rounding)
+    assert torch.equal(s_tri, s_ref) and torch.equal(v_tri.view(torch.uint8), v_ref.view(torch.uint8))
+    nan_blocks = torch.zeros_like(s_ref, dtype=torch.bool)
+    nan_blocks[tuple(zip(*NONFINITE_BLOCKS))] = True
+    assert torch.equal(s_ref == 0xFF, nan_blocks)
+    codes = v_ref.view(torch.uint8).view(5, 3, -1)
+    assert not codes[nan_blocks].any()  # the elements of a NaN-scaled block are 0
+    for got in (dequantize_mx(v_tri, s_tri, element), dequantize_mx_torch(v_ref, s_ref, element)):
+        nan = nan_blocks.repeat_interleave(32, dim=1)
+        assert torch.equal(got.isnan(), nan)
+        assert_close(x.where(~nan, 0.0), got.where(~nan, 0.0), maxtol=0.25, rmstol=0.15, what=element)
+
+
+@pytest.mark.parametrize("layout", ["in_out", "out_in"])
+def test_mxfp4_weights_with_nan_give_nan_through_the_matmul(layout, device):
+    # A NaN weight makes its K block of 32 NaN (scale 0xFF): each output column it feeds is NaN in every row of its
+    # expert, as in the reference on the dequantized weights.
+    n_expts, k, n, tokens = 2, 64, 32, 8
+    dense = torch.randn(n_expts, k, n, device=device) / 4
+    dense[1, 40, 5] = NAN
+    dense[0, 3, 17] = INF
+    prepared = ogsgen.prepare_expert_weights(dense if layout == "in_out" else dense.mT.contiguous(), layout=layout,
+                                             format="mxfp4", value_layout="strided")
+    assert prepared.weight_scale[1, 1, 5] == 0xFF and prepared.weight_scale[0, 0, 17] == 0xFF
+    w_ref = prepared.dequantize()
+    assert w_ref[1, 32:, 5].isnan().all() and w_ref[1, :32, 5].isfinite().all()
+    logits = torch.eye(2, device=device).repeat(tokens // 2, 1)  # half the tokens to each expert
+    rd, gi, _ = ogsgen.routing(logits, 1)
+    x = torch.randn(tokens, k, device=device).bfloat16()
+    y = matmul_ogs(x, prepared.w, None, rd, gather_indx=gi, precision_config=prepared.precision_config())
+    ref = matmul_ogs_torch(x.float(), w_ref, None, rd, gi)
+    half = tokens // 2  # (rows in expert order)
+    assert ref[:half, 17].isnan().all() and ref[half:, 5].isnan().all() and ref.isnan().sum() == tokens
+    assert_close_nonfinite(ref, y.float(), what=f"mxfp4 weights ({layout})")
+
+
+@pytest.mark.usefixtures("kernels_on_demand")
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_mx_output_gives_nonfinite_blocks_the_nan_scale(split_k, device):
+    # y = x @ w, quantized to mxfp8 by the kernel (or the split-K reduce): a NaN row and an infinite column make
+    # their blocks' scales 0xFF, their values 0.
+    m, k, n = 20, 64, 96
+    x = torch.randn(m, k, device=device).bfloat16()
+    x[7, 0] = NAN
+    w = torch.randn(k, n, device=device).bfloat16()
+    w[3, 70] = INF
+    out_scale = torch.zeros((m, n // 32), dtype=torch.uint8, device=device)
+    pc = PrecisionConfig(out_dtype=torch.float8_e4m3fn, out_scale=out_scale)
+    with ogsgen.opt_flags_constraints(block_m=16, block_k=32, split_k=split_k):
+        y = matmul_ogs(x, w, None, precision_config=pc)
+    ref = matmul_ogs_torch(x.float(), w.float(), None, precision_config=PrecisionConfig(out_dtype=torch.float32))
+    ref_scales = quantize_mx_torch(ref, "e4m3")[1]
+    expected = torch.zeros_like(out_scale, dtype=torch.bool)
+    expected[7], expected[:, 2] = True, True
+    assert torch.equal(out_scale == 0xFF, expected) and torch.equal(ref_scales == 0xFF, expected)
+    assert not y.view(torch.uint8)[expected.repeat_interleave(32, dim=1)].any()
+    got = dequantize_mx_torch(y, out_scale, "e4m3")
+    assert torch.equal(got.isnan(), expected.repeat_interleave(32, dim=1))
