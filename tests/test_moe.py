@@ -437,27 +437,34 @@ def test_metadata_beyond_the_old_15_bit_block_index(device):
     assert int(meta.block_schedule(16)[37_499]) == (37_499 << 16) | 0
 
 
-@pytest.mark.parametrize("persistent", [False, True])
-def test_moe_with_more_experts_than_a_byte_holds(persistent, device):
-    # 384 experts (Kimi-K2's count; DeepSeek-V3 has 256): expert ids past 255 in the block schedule's 16-bit field,
-    # and one of them (300) with 40 rows, three row tiles. Gather with SwiGLU, then the top-k combine.
-    n_expts, tokens, k_act, hidden, inter = 384, 40, 2, 16, 16
-    ids = torch.stack([torch.arange(tokens, device=device) * 97 % n_expts, torch.full((tokens,), 300, device=device)],
-                      dim=1)
-    assert (ids >= 256).any() and (ids < 256).any()
-    rd, gi, si = routing_from_topk(ids, torch.rand(tokens, k_act, device=device), n_expts)
-    x = torch.randn(tokens, hidden, device=device).bfloat16()
+def _gather_swiglu_then_combine(rd, gi, si, hidden=16, inter=16, **constraints):
+    """A gpt-oss-style pair of MoE calls on ``rd`` (w1 gathered with SwiGLU, w2 scattered with the gate weights and
+    each token's k rows summed), each against matmul_ogs_torch."""
+    device, n_expts = rd.expt_hist.device, rd.n_expts_tot
+    x = torch.randn(gi.src_indx.shape[0] // rd.n_expts_act, hidden, device=device).bfloat16()
     w1 = (torch.randn(n_expts, hidden, 2 * inter, device=device) / 4).bfloat16()
     w2 = (torch.randn(n_expts, inter, hidden, device=device) / 4).bfloat16()
     act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
-    with ogsgen.opt_flags_constraints(block_m=16, persistent=persistent):
+    with ogsgen.opt_flags_constraints(**constraints):
         h = ogsgen.matmul_ogs(x, w1, None, rd, gather_indx=gi, fused_activation=act)
         y = ogsgen.matmul_ogs(h, w2, None, rd, scatter_indx=si, gammas=rd.gate_scal)
     h_ref = ogsgen.matmul_ogs_torch(x, w1, None, rd, gi, fused_activation=act)
     assert_close(h_ref.float(), h.float(), what="gather + SwiGLU")
     y_ref = ogsgen.matmul_ogs_torch(h, w2, None, rd, scatter_indx=si, gammas=rd.gate_scal,
-                                    round_y=lambda t: t.bfloat16().float())
+                                    round_y=lambda t: t.bfloat16().float())  # (the k rows pass through bf16)
     assert_close(y_ref.float(), y.float(), what="top-k combine")
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_moe_with_more_experts_than_a_byte_holds(persistent, device):
+    # 384 experts (Kimi-K2's count; DeepSeek-V3 has 256): expert ids past 255 in the block schedule's 16-bit field,
+    # and one of them (300) with 40 rows, three row tiles. Gather with SwiGLU, then the top-k combine.
+    n_expts, tokens = 384, 40
+    ids = torch.stack([torch.arange(tokens, device=device) * 97 % n_expts, torch.full((tokens,), 300, device=device)],
+                      dim=1)
+    assert (ids >= 256).any() and (ids < 256).any()
+    rd, gi, si = routing_from_topk(ids, torch.rand(tokens, 2, device=device), n_expts)
+    _gather_swiglu_then_combine(rd, gi, si, block_m=16, persistent=persistent)
 
 
 def test_moe_at_the_largest_expert_count(device):
@@ -487,22 +494,10 @@ def test_moe_at_the_largest_expert_count(device):
 def test_top_k_at_the_largest_k(device):
     # routing takes k up to the expert count: every token to every expert, each token's 8 rows summed by the
     # combine (its top-k loop unrolled 8 times); k = 9 of 8 experts is refused.
-    tokens, n_expts, hidden, inter = 12, 8, 16, 16
-    logits = torch.randn(tokens, n_expts, device=device)
-    rd, gi, si = routing(logits, n_expts)
-    x = torch.randn(tokens, hidden, device=device).bfloat16()
-    w1 = (torch.randn(n_expts, hidden, 2 * inter, device=device) / 4).bfloat16()
-    w2 = (torch.randn(n_expts, inter, hidden, device=device) / 4).bfloat16()
-    act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
-    h = ogsgen.matmul_ogs(x, w1, None, rd, gather_indx=gi, fused_activation=act)
-    y = ogsgen.matmul_ogs(h, w2, None, rd, scatter_indx=si, gammas=rd.gate_scal)
-    h_ref = ogsgen.matmul_ogs_torch(x, w1, None, rd, gi, fused_activation=act)
-    y_ref = ogsgen.matmul_ogs_torch(h, w2, None, rd, scatter_indx=si, gammas=rd.gate_scal,
-                                    round_y=lambda t: t.bfloat16().float())
-    assert_close(h_ref.float(), h.float(), what="gather + SwiGLU")
-    assert_close(y_ref.float(), y.float(), what="top-8 combine")
+    logits = torch.randn(12, 8, device=device)
+    _gather_swiglu_then_combine(*routing(logits, 8))
     with pytest.raises(ogsgen.SpecError, match=r"n_expts_act must be an int in \[1, n_expts_tot=8\], got 9"):
-        routing(logits, n_expts + 1)
+        routing(logits, 9)
 
 
 def test_row_count_limit_is_a_clear_error(device):
