@@ -128,8 +128,8 @@ def _fp8_reads(X, Out, N: tl.constexpr):
     x = tl.load(X + i)
     tl.store(Out + i, x.to(tl.float32))
     tl.store(Out + N + i, x.to(tl.bfloat16).to(tl.float32))
-    ones = tl.full((16, 16), 1.0, tl.float32).to(X.dtype.element_ty)
-    tl.store(Out + 2 * N + i, tl.sum(tl.dot(tl.broadcast_to(x[:, None], (N, 16)), ones), 1) / 256)  # (exact)
+    ones = tl.full((32, 16), 1.0, tl.float32).to(X.dtype.element_ty)  # (an fp8 dot takes K >= 32 on the GPU)
+    tl.store(Out + 2 * N + i, tl.sum(tl.dot(tl.broadcast_to(x[:, None], (N, 32)), ones), 1) / 512)  # (exact)
 
 
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
