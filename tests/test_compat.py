@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ogsgen
-from ogsgen.errors import InapplicableConstraintError, SpecTypeError, UnsupportedError
+from ogsgen.errors import InapplicableConstraintError, SpecError, SpecTypeError, UnsupportedError
 from ogsgen.runtime.opt_flags import current_constraints
 from ogsgen.testing import assert_close
 
@@ -66,6 +66,35 @@ def test_activation_specs_built_per_call_cost_no_source_hashing():
     first = mo.FusedActivation(mo.FnSpecs("swiglu", sw.swiglu_fn, ("alpha", "limit")), (1.702, 7.0), 2)
     again = mo.FusedActivation(mo.FnSpecs("swiglu", sw.swiglu_fn, ("alpha", "limit")), (1.702, 7.0), 2)
     assert again.specs is first.specs and first.specs == ogsgen.swiglu
+
+
+def test_swiglu_with_the_default_reduction_n_is_refused(device):
+    # triton_kernels' kernel refuses FusedActivation(swiglu specs, args) with reduction_n left at 1 (the activation
+    # returns half the columns the kernel expects); ogsgen returned an output whose right half was never written.
+    mo, _, sw, _ = _library("ogsgen.compat.triton_kernels")
+    with pytest.raises(SpecError, match=r"folds 2 columns into one \(reduction_n=2\); pass reduction_n=2"):
+        mo.FusedActivation(mo.FnSpecs("swiglu", sw.swiglu_fn, ("alpha", "limit")), (1.702, 7.0))
+    with pytest.raises(SpecError, match="pass reduction_n=2"):  # ogsgen's own FnSpecs of the same function
+        ogsgen.FnSpecs("swiglu_folding_one", ogsgen.swiglu.fn, ("alpha", "limit"))
+
+
+def test_swiglu_specs_train_as_the_builtin(device):
+    # The compat SwiGLU is the built-in's specs (its torch reference and fused backward): autograd runs through it.
+    mo, _, sw, _ = _library("ogsgen.compat.triton_kernels")
+    act = mo.FusedActivation(mo.FnSpecs("swiglu", sw.swiglu_fn, ("alpha", "limit")), (1.702, 7.0), 2)
+    x, w = torch.randn(12, 32, device=device, requires_grad=True), torch.randn(32, 48, device=device,
+                                                                              requires_grad=True)
+    pc = mo.PrecisionConfig(allow_tf32=False)
+    y = mo.matmul_ogs(x, w, None, precision_config=pc, fused_activation=act)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    x_ref, w_ref = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    y_ref = mo.matmul_ogs_torch(x_ref, w_ref, None, fused_activation=act)
+    y_ref.backward(grad)
+    assert_close(y_ref.detach(), y.detach(), what="forward")
+    assert_close(x_ref.grad, x.grad, what="dx")
+    assert_close(w_ref.grad, w.grad, what="dw")
+    assert act.specs is ogsgen.swiglu
 
 
 def test_process_wide_constraints_use_triton_kernels_names():

@@ -437,6 +437,69 @@ def test_metadata_beyond_the_old_15_bit_block_index(device):
     assert int(meta.block_schedule(16)[37_499]) == (37_499 << 16) | 0
 
 
+def _gather_swiglu_then_combine(rd, gi, si, hidden=16, inter=16, **constraints):
+    """A gpt-oss-style pair of MoE calls on ``rd`` (w1 gathered with SwiGLU, w2 scattered with the gate weights and
+    each token's k rows summed), each against matmul_ogs_torch."""
+    device, n_expts = rd.expt_hist.device, rd.n_expts_tot
+    x = torch.randn(gi.src_indx.shape[0] // rd.n_expts_act, hidden, device=device).bfloat16()
+    w1 = (torch.randn(n_expts, hidden, 2 * inter, device=device) / 4).bfloat16()
+    w2 = (torch.randn(n_expts, inter, hidden, device=device) / 4).bfloat16()
+    act = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+    with ogsgen.opt_flags_constraints(**constraints):
+        h = ogsgen.matmul_ogs(x, w1, None, rd, gather_indx=gi, fused_activation=act)
+        y = ogsgen.matmul_ogs(h, w2, None, rd, scatter_indx=si, gammas=rd.gate_scal)
+    h_ref = ogsgen.matmul_ogs_torch(x, w1, None, rd, gi, fused_activation=act)
+    assert_close(h_ref.float(), h.float(), what="gather + SwiGLU")
+    y_ref = ogsgen.matmul_ogs_torch(h, w2, None, rd, scatter_indx=si, gammas=rd.gate_scal,
+                                    round_y=lambda t: t.bfloat16().float())  # (the k rows pass through bf16)
+    assert_close(y_ref.float(), y.float(), what="top-k combine")
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_moe_with_more_experts_than_a_byte_holds(persistent, device):
+    # 384 experts (Kimi-K2's count; DeepSeek-V3 has 256): expert ids past 255 in the block schedule's 16-bit field,
+    # and one of them (300) with 40 rows, three row tiles. Gather with SwiGLU, then the top-k combine.
+    n_expts, tokens = 384, 40
+    ids = torch.stack([torch.arange(tokens, device=device) * 97 % n_expts, torch.full((tokens,), 300, device=device)],
+                      dim=1)
+    assert (ids >= 256).any() and (ids < 256).any()
+    rd, gi, si = routing_from_topk(ids, torch.rand(tokens, 2, device=device), n_expts)
+    _gather_swiglu_then_combine(rd, gi, si, block_m=16, persistent=persistent)
+
+
+def test_moe_at_the_largest_expert_count(device):
+    # 65,536 experts, the most the block schedule's 16-bit expert field holds: the last ids' rows reach their
+    # experts (reference: each gathered row times its expert's w); one more expert is refused.
+    from ogsgen.moe.metadata import MAX_EXPERTS
+    n_expts, tokens, k, n = MAX_EXPERTS, 24, 16, 16
+    ids = torch.stack([n_expts - 1 - torch.arange(tokens, device=device) % 3,
+                       torch.arange(tokens, device=device) * 2731 % n_expts], dim=1)
+    rd, gi, _ = routing_from_topk(ids, torch.rand(tokens, 2, device=device), n_expts)
+    ref_meta = make_ragged_tensor_metadata_torch(rd.expt_hist, tokens * 2)
+    for field in ("slice_offs", "block_offs_data", "block_schedule_data"):
+        assert torch.equal(getattr(rd.expt_data, field), getattr(ref_meta, field)), field
+    x = torch.randn(tokens, k, device=device).bfloat16()
+    w = (torch.randn(n_expts, k, n, device=device) / 4).bfloat16()
+    y = ogsgen.matmul_ogs(x, w, None, rd, gather_indx=gi)
+    gates = gi.src_indx.long()
+    ref = torch.bmm(x[gates // 2].float()[:, None], w[ids.reshape(-1)[gates]].float())[:, 0]
+    assert_close(ref, y.float())
+    too_many = torch.zeros(n_expts + 1, dtype=torch.int32, device=device)
+    with pytest.raises(ogsgen.SpecError, match="hist has 65537 experts; the packed block schedule holds at most 65536"):
+        make_ragged_tensor_metadata(too_many, tokens)
+    with pytest.raises(ogsgen.SpecError, match="n_expts_tot=65537 is more experts than ogsgen's block schedule holds"):
+        routing_from_topk(ids, torch.rand(tokens, 2, device=device), n_expts + 1)
+
+
+def test_top_k_at_the_largest_k(device):
+    # routing takes k up to the expert count: every token to every expert, each token's 8 rows summed by the
+    # combine (its top-k loop unrolled 8 times); k = 9 of 8 experts is refused.
+    logits = torch.randn(12, 8, device=device)
+    _gather_swiglu_then_combine(*routing(logits, 8))
+    with pytest.raises(ogsgen.SpecError, match=r"n_expts_act must be an int in \[1, n_expts_tot=8\], got 9"):
+        routing(logits, 9)
+
+
 def test_row_count_limit_is_a_clear_error(device):
     with pytest.raises(ogsgen.SpecError, match=r"n_rows is 2147483648 rows \(gates\); ogsgen's routing holds at most"):
         make_ragged_tensor_metadata(torch.zeros(4, dtype=torch.int32, device=device), 1 << 31)

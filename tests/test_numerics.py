@@ -381,3 +381,24 @@ def test_epilogue_sees_y_rows_and_columns_on_every_kernel_path(mode, k_act, cons
     ref = ogsgen.matmul_ogs_torch(x.float(), w.float(), None, epilogue=ROW_AND_COLUMN, fused_activation=activation,
                                   **kwargs)
     assert_close(ref, y.float())
+
+
+@ogsgen.register_activation(arg_names=("c",), reference=lambda tile, c: _pair_product_torch(tile, c))
+@triton.jit
+def _pair_product_registered_as_one(tile, c):
+    # folds column pairs, but registered with reduction_n=1: the runtime allocates N output columns
+    first, second = tl.split(tl.reshape(tile, (tile.shape[0], tile.shape[1] // 2, 2)))
+    return first * tl.maximum(second + c, 0.0)
+
+
+@pytest.mark.usefixtures("kernels_on_demand")
+@pytest.mark.parametrize("constraints", [{}, {"persistent": True}, {"split_k": 2}], ids=["tiled", "persistent",
+                                                                                         "split_k"])
+def test_activation_of_another_width_than_its_reduction_n_is_refused(constraints, device):
+    # Its kernel fails to compile with the reason (the activation's result must have 1/reduction_n of the tile's
+    # columns) rather than leaving y's columns past its result unwritten, or failing on a broadcast.
+    x, w = torch.randn(16, 32, device=device).bfloat16(), torch.randn(32, 64, device=device).bfloat16()
+    act = FusedActivation(_pair_product_registered_as_one, (0.5,))
+    with ogsgen.opt_flags_constraints(**constraints), \
+            pytest.raises(Exception, match=r"activation _pair_product_registered_as_one must return 1/1 of its tile"):
+        ogsgen.matmul_ogs(x, w, None, fused_activation=act)

@@ -8,6 +8,11 @@ In every Triton release from 3.3 to 3.9 the interpreter emulates these operation
 * fp32 -> bf16 casts truncate: they round to nearest even, as the GPU does;
 * fp32 -> fp8 casts lose the carry of a round-up (1.97 -> 1.0 in e4m3): they round to nearest even and saturate
   to the largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
+* fp8 -> wider casts and fp8 dots read e4m3's NaN (0x7F) as 480 and e5m2's infinities and NaNs as finite values:
+  they read them as NaN and infinities, as the GPU does;
+* (Triton 3.6; 3.9 is right) ``tl.minimum``, ``tl.maximum`` and ``tl.clamp`` without ``propagate_nan`` return NaN
+  for a NaN operand: they return the other operand, as the GPU's ``min.f32`` / ``max.f32`` do (with
+  ``propagate_nan=tl.PropagateNan.ALL`` both give NaN, as ``min.NaN.f32`` does);
 * inline PTX does not run at all: ogsgen's own PTX blocks run by their definitions, in numpy (the packed e2m1 ->
   bf16 upcasts, bytes elementwise and hopper-layout words by their bit map; and the waiting kernels' marker, which
   only instructs ogsgen's compile, as nothing). Other inline assembly still raises NotImplementedError.
@@ -58,6 +63,19 @@ def _f32_to_fp8_bits(values: np.ndarray, dst) -> np.ndarray:
     dtype, largest = _FP8[dst]
     finite = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).clamp(-largest, largest)
     return finite.to(dtype).view(torch.uint8).numpy()
+
+
+def _fp8_bits_to_f32(bits: np.ndarray, src) -> np.ndarray:
+    return torch.from_numpy(np.ascontiguousarray(bits, dtype=np.uint8)).view(_FP8[src][0]).float().numpy()
+
+
+def _exact_f32(handle) -> np.ndarray:
+    """A bf16, fp8 or wider float operand's values in float32 (exact)."""
+    if handle.dtype.scalar == tl.bfloat16:
+        return _bf16_bits_to_f32(handle.data)
+    if handle.dtype.scalar in _FP8:
+        return _fp8_bits_to_f32(handle.data, handle.dtype.scalar)
+    return handle.data.astype(np.float32)
 
 
 def _e2m1_bytes_to_bf16(values, factors):
@@ -116,14 +134,17 @@ def install() -> None:
     original_dot, original_cast, original_fp_to_fp = builder.create_dot, builder.cast_impl, builder.create_fp_to_fp
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        if a.dtype.scalar == tl.bfloat16 or b.dtype.scalar == tl.bfloat16:
-            a = interpreter.TensorHandle(_bf16_bits_to_f32(a.data) if a.dtype.scalar == tl.bfloat16 else a.data,
-                                         tl.float32)
-            b = interpreter.TensorHandle(_bf16_bits_to_f32(b.data) if b.dtype.scalar == tl.bfloat16 else b.data,
-                                         tl.float32)
+        if any(h.dtype.scalar == tl.bfloat16 or h.dtype.scalar in _FP8 for h in (a, b)):
+            a, b = (interpreter.TensorHandle(_exact_f32(h), tl.float32) for h in (a, b))
         return original_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
-    def fixed_downcast(src, dst_type):
+    def fixed_cast(src, dst_type):
+        if src.dtype.scalar in _FP8 and dst_type.scalar in (tl.float32, tl.float16, tl.bfloat16):  # an upcast
+            values = _fp8_bits_to_f32(src.data, src.dtype.scalar)
+            if dst_type.scalar == tl.bfloat16:
+                return interpreter.TensorHandle(_f32_to_bf16_bits(values), tl.bfloat16)
+            return interpreter.TensorHandle(values.astype(np.float16 if dst_type.scalar == tl.float16 else np.float32),
+                                            dst_type.scalar)
         if src.dtype.scalar != tl.float32:
             return None
         if dst_type.scalar == tl.bfloat16:
@@ -133,11 +154,11 @@ def install() -> None:
         return None
 
     def cast_impl(self, src, dst_type):
-        fixed = fixed_downcast(src, dst_type)
+        fixed = fixed_cast(src, dst_type)
         return fixed if fixed is not None else original_cast(self, src, dst_type)
 
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
-        fixed = fixed_downcast(src, dst_type)
+        fixed = fixed_cast(src, dst_type)
         return fixed if fixed is not None else original_fp_to_fp(self, src, dst_type, rounding_mode)
 
     def create_inline_asm(self, inline_asm, constraints, values, types, is_pure, pack):
@@ -146,6 +167,15 @@ def install() -> None:
             raise NotImplementedError("inline_asm not supported in interpreter mode")
         return definition(*values)
 
+    # A min/max that does not propagate NaN returns the other operand (a NaN only from two NaNs): np.fmin/np.fmax.
+    def create_clampf(self, arg, lo, hi, propagate_nans):
+        if propagate_nans == tl.PropagateNan.NONE:
+            return self.binary_op(self.binary_op(arg, lo, np.fmax), hi, np.fmin)
+        return self.ternary_op(arg, lo, hi, np.clip)
+
+    builder.create_minnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)
+    builder.create_maxnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)
+    builder.create_clampf = create_clampf
     builder.create_dot, builder.cast_impl, builder.create_fp_to_fp = create_dot, cast_impl, create_fp_to_fp
     builder.create_inline_asm = create_inline_asm
     builder._ogsgen_fixed = True

@@ -44,26 +44,29 @@ E2M1_BYTES_TO_BF16X2 = tl.constexpr("{\n.reg .b32 pair, a, b, bias, nz;\nmov.b32
 
 @triton.jit
 def pow2_of_scale(code):
-    """2 ** (code - 127) in float32 for e8m0 scale bytes (code 0 is 2 ** -127)."""
+    """2 ** (code - 127) in float32 for e8m0 scale bytes (code 0 is 2 ** -127; 255, e8m0's NaN, is NaN)."""
     code = code.to(tl.int32)
     value = (tl.minimum(tl.maximum(code, 1), 254) << 23).to(tl.float32, bitcast=True)
-    return tl.where(code == 0, value * 0.5, value)
+    return tl.where(code == 0, value * 0.5, tl.where(code == 255, float("nan"), value))
 
 
 @triton.jit
 def inverse_pow2_of_scale(code):
-    """2 ** (127 - code) in float32 (the multiplier that undoes a scale), for codes 0..253."""
+    """2 ** (127 - code) in float32 (the multiplier that undoes a scale), for codes 0..253 (254 gives 0, 255 -inf)."""
     return ((254 - code.to(tl.int32)) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def mx_scale_code(absmax, EMAX: tl.constexpr, MAX_MANTISSA: tl.constexpr, ROUND_UP: tl.constexpr):
-    """e8m0 scale byte for blocks of float32 absmax (see ogsgen.numerics.mx.scale_codes)."""
+    """e8m0 scale byte for blocks of float32 absmax (see ogsgen.numerics.mx.scale_codes): 255, e8m0's NaN, for a
+    NaN or infinite absmax."""
     bits = absmax.to(tl.int32, bitcast=True)
-    code = ((bits >> 23) & 0xFF) - EMAX
+    exponent = (bits >> 23) & 0xFF
+    code = exponent - EMAX
     if ROUND_UP:
         code += ((bits & 0x7FFFFF) > MAX_MANTISSA).to(tl.int32)
-    return tl.where(absmax > 0, tl.minimum(tl.maximum(code, 0), 254), 0).to(tl.uint8)
+    code = tl.where(absmax > 0, tl.minimum(tl.maximum(code, 0), 254), 0)
+    return tl.where(exponent == 255, 255, code).to(tl.uint8)
 
 
 @triton.jit
@@ -92,8 +95,9 @@ def e2m1_times_2_14(codes):
 @triton.jit
 def bf16_bits_of_scale(code):
     """The bits (int32) of 2 ** (code - 127) as bf16 for e8m0 scale bytes: exact, bf16 has float32's exponents
-    (code 0 is the subnormal 2 ** -127; 255 is read as 254, as ``pow2_of_scale`` does)."""
-    return tl.maximum(tl.minimum(code.to(tl.int32), 254) << 7, 0x40)
+    (code 0 is the subnormal 2 ** -127; 255, e8m0's NaN, is NaN, as in ``pow2_of_scale``)."""
+    code = code.to(tl.int32)
+    return tl.where(code == 255, 0x7FC0, tl.maximum(code << 7, 0x40))
 
 
 @triton.jit
@@ -262,9 +266,12 @@ def scale_mx_rows(tile, EMAX: tl.constexpr, MAX_MANTISSA: tl.constexpr, MAX_VALU
     BLOCK_M: tl.constexpr = tile.shape[0]
     BLOCK_N: tl.constexpr = tile.shape[1]
     blocks = tl.reshape(tile, (BLOCK_M, BLOCK_N // 32, 32))
-    scales = mx_scale_code(tl.max(tl.abs(blocks), axis=2), EMAX, MAX_MANTISSA, ROUND_UP)
+    # (a NaN counts as inf: the max drops NaN, and a block with either gets the NaN scale, its values 0)
+    absmax = tl.max(tl.where(blocks == blocks, tl.abs(blocks), float("inf")), axis=2)
+    scales = mx_scale_code(absmax, EMAX, MAX_MANTISSA, ROUND_UP)
     scaled = blocks * inverse_pow2_of_scale(scales)[:, :, None]
     scaled = tl.minimum(tl.maximum(scaled, -MAX_VALUE), MAX_VALUE)
+    scaled = tl.where((scales != 255)[:, :, None], scaled, 0.0)
     return tl.reshape(scaled, (BLOCK_M, BLOCK_N)), scales
 
 

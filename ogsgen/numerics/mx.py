@@ -12,6 +12,10 @@ Scale choice (``rounding``):
 Values round to nearest, ties to even. The scale is computed from the bits of the block's absmax
 with integer operations only, so this torch version and the Triton one (``ogsgen.numerics.jit``,
 ``ogsgen.numerics.quantize_mx``) agree bit for bit.
+
+NaN and infinities: a block that holds a NaN or an infinity gets the scale byte 0xFF, e8m0's NaN (the OCP MX
+rule: every value of the block reads as NaN; no element format can hold an infinity past its scale), and its
+element codes are all 0. Dequantizing, and the matmul's upcast, give NaN for every value of such a block.
 """
 from __future__ import annotations
 
@@ -53,20 +57,25 @@ def _check_axis(axis, t: torch.Tensor, name: str) -> int:
     return axis % t.ndim
 
 
+NAN_SCALE = 0xFF  # e8m0's NaN: the scale of a block that holds a NaN or an infinity
+
+
 def scale_codes(absmax: torch.Tensor, element: str, rounding: str = "up") -> torch.Tensor:
-    """e8m0 scale bytes for blocks with the given float32 absmax."""
+    """e8m0 scale bytes for blocks with the given float32 absmax (NaN or inf: NAN_SCALE)."""
     _, emax, max_mantissa = ELEMENT_MAX[element]
     bits = absmax.float().contiguous().view(torch.int32)
     exponent = ((bits >> 23) & 0xFF) - 127
     code = exponent - emax + 127
     if rounding == "up":
         code = code + ((bits & 0x7FFFFF) > max_mantissa).int()
-    return torch.where(absmax > 0, code.clamp(0, 254), 0).to(torch.uint8)
+    code = torch.where(absmax > 0, code.clamp(0, 254), 0)
+    return torch.where(exponent == 128, NAN_SCALE, code).to(torch.uint8)
 
 
 def _pow2(codes: torch.Tensor) -> torch.Tensor:
-    """2**(code - 127) as float32, built from its bits (exact)."""
-    return (codes.int().clamp(1, 254) << 23).view(torch.float32) * torch.where(codes == 0, 0.5, 1.0)
+    """2**(code - 127) as float32, built from its bits (exact); NaN for NAN_SCALE."""
+    factor = torch.where(codes == 0, 0.5, torch.where(codes == NAN_SCALE, float("nan"), 1.0))
+    return (codes.int().clamp(1, 254) << 23).view(torch.float32) * factor
 
 
 def encode_e2m1(values: torch.Tensor) -> torch.Tensor:
@@ -98,9 +107,10 @@ def quantize_mx_torch(x: torch.Tensor, element: str, axis: int = -1, rounding: s
     moved = x.float().movedim(axis, -1)
     padded_size = -(-size // MX_BLOCK) * MX_BLOCK
     blocks = torch.nn.functional.pad(moved, (0, padded_size - size)).unflatten(-1, (-1, MX_BLOCK))
-    codes = scale_codes(blocks.abs().amax(-1), element, rounding)
+    codes = scale_codes(blocks.abs().amax(-1), element, rounding)  # (amax: NaN where a block holds one)
     largest = ELEMENT_MAX[element][0]
-    scaled = (blocks / _pow2(codes)[..., None]).clamp(-largest, largest).flatten(-2)[..., :size]
+    scaled = (blocks / _pow2(codes)[..., None]).clamp(-largest, largest)
+    scaled = scaled.where(codes[..., None] != NAN_SCALE, 0.0).flatten(-2)[..., :size]
     if element == "e2m1":
         nibbles = encode_e2m1(scaled)
         values = nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)

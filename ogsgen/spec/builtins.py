@@ -14,18 +14,27 @@ def swiglu_torch(tile: torch.Tensor, alpha: float, limit: float) -> torch.Tensor
     return gate * torch.sigmoid(alpha * gate) * (linear + 1)
 
 
+# A NaN stays NaN through the clamps (min.NaN / max.NaN on the GPU), as through torch's clamp: training relies on NaN
+# to show a divergence, which the default tl.minimum / tl.maximum would turn into the limit.
+@triton.jit
+def _clamp_keeping_nan(x, limit):
+    return tl.minimum(tl.maximum(x, -limit, propagate_nan=tl.PropagateNan.ALL), limit,
+                      propagate_nan=tl.PropagateNan.ALL)
+
+
 @triton.jit
 def swiglu_backward(tile, grad, alpha, limit):
     # d/d gate of gate * sigmoid(alpha * gate) * (linear + 1), and d/d linear; zero where a clamp holds the value
-    # (past limit), as torch's clamp passes no gradient there.
+    # (past limit) and at a NaN, as torch's clamp passes no gradient there (its mask compares the input with the
+    # bounds, and a NaN is within none); the other column of a NaN's pair gets NaN, as in torch.
     gate, linear = tl.split(tl.reshape(tile, (tile.shape[0], tile.shape[1] // 2, 2)))
-    gate_c = tl.minimum(gate, limit)
-    linear_c = tl.minimum(tl.maximum(linear, -limit), limit)
+    gate_c = tl.minimum(gate, limit, propagate_nan=tl.PropagateNan.ALL)
+    linear_c = _clamp_keeping_nan(linear, limit)
     sig = 1.0 / (1.0 + tl.exp(-alpha * gate_c))
     d_gate = grad * (linear_c + 1.0) * sig * (1.0 + alpha * gate_c * (1.0 - sig))
     d_linear = grad * gate_c * sig
-    d_gate = tl.where(gate > limit, 0.0, d_gate)
-    d_linear = tl.where((linear < -limit) | (linear > limit), 0.0, d_linear)
+    d_gate = tl.where(gate <= limit, d_gate, 0.0)
+    d_linear = tl.where((linear >= -limit) & (linear <= limit), d_linear, 0.0)
     return tl.reshape(tl.join(d_gate, d_linear), (tile.shape[0], tile.shape[1]))
 
 
@@ -34,6 +43,6 @@ def swiglu_backward(tile, grad, alpha, limit):
 def swiglu(tile, alpha, limit):
     # Columns arrive interleaved (gate, linear, gate, linear, ...): fold each pair.
     gate, linear = tl.split(tl.reshape(tile, (tile.shape[0], tile.shape[1] // 2, 2)))
-    gate = tl.minimum(gate, limit)
-    linear = tl.minimum(tl.maximum(linear, -limit), limit)
+    gate = tl.minimum(gate, limit, propagate_nan=tl.PropagateNan.ALL)
+    linear = _clamp_keeping_nan(linear, limit)
     return gate / (1.0 + tl.exp(-alpha * gate)) * (linear + 1.0)

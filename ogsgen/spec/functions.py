@@ -198,6 +198,7 @@ class FnSpecs:
             raise SpecError(f"FnSpecs {self.name!r}: reduction_n must be a power of two (1, 2, 4, ...), "
                             f"got {self.reduction_n!r}")
         object.__setattr__(self, "source_hash", function_source_hash(self.fn))
+        _check_registered_width(self)
         settle_triton_cache_keys(self.fn)
         _claim_name(self)
 
@@ -266,6 +267,22 @@ def _claim_name(spec: FnSpecs) -> None:
                 f"source; choose another name, or call ogsgen.unregister({spec.name!r}) first if you are "
                 f"replacing it on purpose")
         _claimed.setdefault(spec.name, spec)
+
+
+def registered_activations() -> list[FnSpecs]:
+    return [spec for (kind, _), spec in list(_registered.items()) if kind == "activation"]
+
+
+def _check_registered_width(spec: FnSpecs) -> None:
+    """A registered activation's function returns 1 / reduction_n of its tile's columns: the same function with
+    another reduction_n would have the runtime allocate an output of another width than a kernel writes."""
+    for owner in registered_activations():
+        if owner.source_hash == spec.source_hash and owner.reduction_n != spec.reduction_n:
+            raise SpecError(
+                f"FnSpecs {spec.name!r} has reduction_n={spec.reduction_n}, but its function {spec.fn.__name__} is "
+                f"the registered activation {owner.name!r}, which folds {owner.reduction_n} columns into one "
+                f"(reduction_n={owner.reduction_n}); pass reduction_n={owner.reduction_n} (in ogsgen.compat.triton_kernels: "
+                f"FusedActivation(specs, fn_args, {owner.reduction_n}))")
 
 
 def unregister(name: str) -> None:

@@ -9,7 +9,9 @@ and the calls run on ogsgen's kernels.
 
 Mirrored: ``matmul_ogs`` (2-D x returns 2-D y, also when ``y`` is given 3-D with a batch of one),
 ``matmul_ogs_torch``, ``PrecisionConfig``, ``FlexCtx``, ``InFlexData``, ``OutFlexData``, ``FnSpecs`` (name, fn,
-fn_arg_names, fn_arg_do_not_specialize), ``FusedActivation`` (specs, fn_args, reduction_n), ``Epilogue``,
+fn_arg_names, fn_arg_do_not_specialize; of ``swiglu_fn``: ogsgen's SwiGLU, with its torch reference and backward,
+so autograd runs through it), ``FusedActivation`` (specs, fn_args, reduction_n; a reduction_n other than the
+function's, as ``swiglu_fn`` with the default 1, is refused as triton_kernels refuses it), ``Epilogue``,
 ``RoutingData``, ``GatherIndx``, ``ScatterIndx``, ``InnerRoutingData`` (ragged K; masked, so padding is optional),
 ``FusedComm`` and ``post_matmul_comm_torch`` (without a scatter: the sorted rows are sent),
 ``routing``, ``swiglu_fn`` and the process-wide

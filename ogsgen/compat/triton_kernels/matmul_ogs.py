@@ -5,6 +5,7 @@ from functools import lru_cache
 from ...ops import matmul_ogs as _matmul_ogs
 from ...runtime import matmul_ogs_torch, post_matmul_comm_torch
 from ...spec import FnSpecs as _FnSpecs
+from ...spec.functions import registered_activations
 from ...types import (Epilogue, FlexCtx, FusedComm, GatherIndx, InFlexData, InnerRoutingData, OutFlexData,
                       PrecisionConfig, RoutingData, ScatterIndx)
 from ...types import FusedActivation as _FusedActivation
@@ -16,13 +17,19 @@ __all__ = ["Epilogue", "FlexCtx", "FnSpecs", "FusedActivation", "FusedComm", "Ga
 
 def FnSpecs(name, fn, fn_arg_names, fn_arg_do_not_specialize=()):  # noqa: N802 (a class in triton_kernels)
     """triton_kernels' ``FnSpecs(name, fn, fn_arg_names, fn_arg_do_not_specialize)``; the activation's
-    ``reduction_n`` comes with ``FusedActivation``, as there."""
+    ``reduction_n`` comes with ``FusedActivation``, as there. For an ogsgen activation's function (``swiglu_fn``) it
+    is that activation's specs: its reduction_n, torch reference and backward (so that autograd runs through it)."""
     return _fn_specs(name, fn, tuple(fn_arg_names), tuple(fn_arg_do_not_specialize))
 
 
 # Callers build these per call (vLLM does); hashing a function's source costs milliseconds, so each is built once.
 @lru_cache(maxsize=256)
 def _fn_specs(name, fn, fn_arg_names, fn_arg_do_not_specialize):
+    for spec in registered_activations():
+        if spec.fn is fn and spec.fn_arg_names == fn_arg_names:
+            if (spec.name, spec.fn_arg_do_not_specialize) == (name, fn_arg_do_not_specialize):
+                return spec
+            return replace(spec, name=name, fn_arg_do_not_specialize=fn_arg_do_not_specialize)
     return _FnSpecs(name, fn, fn_arg_names, fn_arg_do_not_specialize)
 
 
@@ -35,7 +42,9 @@ FnSpecs.default = _FnSpecs.default
 
 
 def FusedActivation(specs=None, fn_args=(), reduction_n=1):  # noqa: N802 (a class in triton_kernels)
-    """triton_kernels' ``FusedActivation(specs, fn_args, reduction_n)``: ``reduction_n`` columns fold into one."""
+    """triton_kernels' ``FusedActivation(specs, fn_args, reduction_n)``: ``reduction_n`` columns fold into one. A
+    reduction_n that is not the function's (``swiglu_fn`` with the default 1) is refused, as triton_kernels' kernel
+    refuses it (a static assertion on the activation's output width)."""
     specs = _FnSpecs.default() if specs is None else specs
     if isinstance(specs, _FnSpecs) and not specs.is_default and specs.reduction_n != reduction_n:
         specs = _with_reduction_n(specs, reduction_n)
