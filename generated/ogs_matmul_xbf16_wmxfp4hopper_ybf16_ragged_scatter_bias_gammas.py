@@ -15,7 +15,7 @@ PROVENANCE = {
     'functions': {},
     'helpers': {
         'request_wgmma_waits': 'e1346c903be90d27eff44d9f73816aaaf9453cce4f70e55f12f736403cfd389d',
-        'upcast_mxfp4_hopper_words': 'a7d8790831197aa838de131ae7902cbf4d4cd9554fca0c1cd3b6cdcad9637b7c',
+        'upcast_mxfp4_hopper_words': 'd47a608153ceab17efc10d226757700484baae6bd7f546513e61bccb5fcab1ce',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_matmul_ogs.py.jinja',

@@ -87,6 +87,8 @@ def run_ptx(ptx: str, registers: dict[str, np.ndarray]) -> dict[str, np.ndarray]
             halves = [pick((args[0] >> np.uint64(s)) & np.uint64(0xFFFF), (args[1] >> np.uint64(s)) & np.uint64(0xFFFF))
                       for s in (0, 16)]
             result = halves[0] | (halves[1] << np.uint64(16))
+        elif opcode == "add.u32":
+            result = (args[0] + args[1]) & _MASK
         elif opcode == "shl.b32":
             result = (args[0] << args[1]) & _MASK
         elif opcode == "shr.b32":  # .b32: a logical shift
@@ -105,9 +107,9 @@ def run_ptx(ptx: str, registers: dict[str, np.ndarray]) -> dict[str, np.ndarray]
 
 
 def _bf16_factor_bits(codes: np.ndarray) -> np.ndarray:
-    """2 ** (code - 127) as bf16 bits (code 0: the subnormal 2 ** -127), as ogsgen.numerics.jit.bf16_of_scale gives
-    them for codes 0..254; the scale PTX reads 255 (e8m0's NaN, which bf16_of_scale gives as NaN) as 254."""
-    return np.maximum(np.minimum(codes, 254) << np.uint64(7), np.uint64(0x40))
+    """2 ** (code - 127) as bf16 bits (code 0: the subnormal 2 ** -127; 255, e8m0's NaN: bf16's NaN 0x7FC0), as
+    ogsgen.numerics.jit.bf16_bits_of_scale gives them."""
+    return np.where(codes == 255, np.uint64(0x7FC0), np.maximum(codes << np.uint64(7), np.uint64(0x40)))
 
 
 def _decoded_times_scale(codes: np.ndarray, scale_codes: np.ndarray) -> np.ndarray:
@@ -190,4 +192,4 @@ def test_the_scale_ptx_gives_each_code_of_a_pair_as_bf16():
     assert np.array_equal(out, _bf16_factor_bits(codes) | (_bf16_factor_bits(others) << np.uint64(16)))
     lanes = torch.from_numpy((out & np.uint64(0xFFFF)).astype(np.int16)).view(torch.bfloat16).double()
     assert torch.equal(lanes[1:255], torch.from_numpy(np.ldexp(1.0, np.arange(1, 255) - 127)))
-    assert lanes[0] == 2.0 ** -127 and lanes[255] == 2.0 ** 127  # the subnormal, and 255 read as 254 (not NaN)
+    assert lanes[0] == 2.0 ** -127 and lanes[255].isnan()  # the subnormal, and e8m0's NaN

@@ -168,10 +168,12 @@ E2M1_WORD_TO_BF16 = tl.constexpr(_word_to_bf16_ptx(renormalize=True))
 E2M1_WORD_TO_BF16_SMALL_SCALES = tl.constexpr(_word_to_bf16_ptx(renormalize=False))
 
 # bf16_bits_of_scale of two e8m0 codes at once ($1: one code in each 16-bit half): both shifted into their
-# exponent fields, then the two clamps on both halves (packed 16-bit min and max: sm_90 and later).
-E8M0_PAIR_TO_BF16X2 = tl.constexpr("{\n.reg .b32 top, bottom;\nmov.b32 top, 0x7F007F00;\n"
-                                   "mov.b32 bottom, 0x00400040;\nshl.b32 $0, $1, 7;\nmin.u16x2 $0, $0, top;\n"
-                                   "max.u16x2 $0, $0, bottom;\n}")
+# exponent fields; code 255 (e8m0's NaN) shifts to 0x7F80, bf16's infinity, and only it carries into bit 15 when
+# 0x80 is added, which sets the quiet bit 0x40 (NaN, 0x7FC0); then code 0's clamp to the subnormal (packed 16-bit
+# max: sm_90 and later).
+E8M0_PAIR_TO_BF16X2 = tl.constexpr("{\n.reg .b32 nan, bottom;\nmov.b32 bottom, 0x00400040;\nshl.b32 $0, $1, 7;\n"
+                                   "add.u32 nan, $0, 0x00800080;\nand.b32 nan, nan, 0x80008000;\n"
+                                   "shr.b32 nan, nan, 9;\nor.b32 $0, $0, nan;\nmax.u16x2 $0, $0, bottom;\n}")
 
 
 @contextmanager
