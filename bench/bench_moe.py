@@ -182,8 +182,6 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         # Scales N-contiguous, as prepare_expert_weights stores them; mxfp4-kscales (a probe): K-contiguous.
         pc = lib.PrecisionConfig(weight_scale=scales.mT if weight_format == "mxfp4-kscales"
                                     else scales.mT.contiguous())
-        if hopper:  # as prepare_expert_weights: scales recorded <= 2 let the upcast take one multiply
-            lib.bound_mx_scales(pc.weight_scale)
         w_bytes = active * k * n // 2
     elif weight_format in ("bf16", "bf16-kmajor"):
         # bf16-kmajor: the same values K-contiguous, as nn.Linear checkpoints and vLLM's (E, N, K) weights hold them

@@ -14,7 +14,7 @@ _LAZY = {
     ".spec": ("FnSpecs", "KernelVariant", "canonical_name", "register_activation", "register_epilogue", "unregister"),
     ".spec.builtins": ("swiglu", "swiglu_torch"),
     ".moe": ("expert_parallel_routing", "prepare_expert_weights", "routing", "routing_from_topk"),
-    ".numerics": ("SwizzledMxValues", "bound_mx_scales", "swizzle_mx_values", "unswizzle_mx_values"),
+    ".numerics": ("SwizzledMxValues", "swizzle_mx_values", "unswizzle_mx_values"),
     ".ops": ("matmul_ogs",),
     ".runtime": ("Epilogue", "FlexCtx", "FusedActivation", "FusedComm", "GatherIndx", "InFlexData",
                  "InnerRoutingData", "OptFlags", "OutFlexData", "PrecisionConfig", "RoutingData", "ScatterIndx",
@@ -22,6 +22,12 @@ _LAZY = {
                  "post_matmul_comm_torch", "set_on_demand"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+# Names taken out of the API, with what to do instead.
+_REMOVED = {
+    "bound_mx_scales": "ogsgen.bound_mx_scales was removed on 2026-12-04: the one-multiply mxfp4 upcast it enabled "
+                       "could not see writes through .data (a weight loader's param.data.copy_) and then returned the "
+                       "old scales' product; every call now takes the exact upcast. Remove the call.",
+}
 
 __all__ = [
     "__version__", "BuildFolderError", "CatalogError", "InapplicableConstraint", "InapplicableConstraintError",
@@ -33,7 +39,7 @@ __all__ = [
 def __getattr__(name: str):
     module = _MODULE_OF.get(name)
     if module is None:
-        raise AttributeError(f"module 'ogsgen' has no attribute {name!r}")
+        raise AttributeError(_REMOVED.get(name, f"module 'ogsgen' has no attribute {name!r}"))
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value

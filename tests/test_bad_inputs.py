@@ -789,8 +789,6 @@ NUMERICS_AND_PATHS = [
         r"capability must be a \(major, minor\) pair of ints .*got '9\.0'", exc=SpecTypeError),
     bad("unswizzle-a-tensor", lambda c: ogsgen.unswizzle_mx_values(c.packed),
         r"w must be a SwizzledMxValues \(from swizzle_mx_values\), got Tensor"),
-    bad("bound_mx_scales-float", lambda c: ogsgen.bound_mx_scales(c.zeros(4)),
-        r"scales must be a uint8 tensor of e8m0 codes, got Tensor of torch\.float32", exc=SpecTypeError),
     bad("add_search_path-missing-folder", lambda c: ogsgen.add_search_path(c.tmp / "not_built"),
         r"add_search_path: .*not_built is not a folder", r"ogsgen build --out", exc=ogsgen.BuildFolderError),
     bad("add_search_path=None", lambda c: ogsgen.add_search_path(None),

@@ -240,3 +240,10 @@ def test_inapplicable_constraint_keeps_triton_kernels_name():
     # Code written against triton_kernels catches InapplicableConstraint; it is ogsgen's error under that name.
     assert ogsgen.InapplicableConstraint is ogsgen.InapplicableConstraintError
     assert issubclass(ogsgen.InapplicableConstraint, ogsgen.OgsgenError)
+
+
+def test_a_name_taken_out_of_the_api_says_what_to_do_instead():
+    with pytest.raises(AttributeError, match=r"ogsgen\.bound_mx_scales was removed on 2026-12-04.*Remove the call"):
+        ogsgen.bound_mx_scales
+    with pytest.raises(AttributeError, match=r"module 'ogsgen' has no attribute 'no_such_name'"):
+        ogsgen.no_such_name

@@ -8,7 +8,6 @@ from ogsgen.codegen import build
 from ogsgen.numerics import (actual_scale_torch, dequantize_mx, dequantize_mx_torch, max_finite, quantize_mx,
                              quantize_mx_torch)
 from ogsgen.numerics.mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK
-from ogsgen.numerics.scale_bounds import scales_at_most_2
 from ogsgen.numerics.layouts import WORD_BITS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from ogsgen.spec import (BF16, FP8_E4M3, FP8_E5M2, FP16, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, Catalog,
                          variant_product)
@@ -191,8 +190,8 @@ def test_small_k_mx_weights_without_constraints(element, k, device):
 @pytest.mark.parametrize("k_act", [1, 4])
 def test_gpt_oss_moe_with_mxfp4_weights(k_act, value_layout, scales_n_contiguous, device):
     """gpt-oss's two MoE matmuls with mxfp4 weights against the bf16-dequantized reference. w2's K (32) is half
-    a hopper group: the layout pads it. Scales K-contiguous (quantize_mx's) or N-contiguous and recorded <= 2
-    (prepare_expert_weights': the hopper upcast's one-multiply path)."""
+    a hopper group: the layout pads it. Scales K-contiguous (quantize_mx's) or N-contiguous
+    (prepare_expert_weights')."""
     tokens, hidden, inter, n_expts = 24, 64, 32, 8
     rd, gi, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), k_act)
     x = torch.randn(tokens, hidden, device=device).bfloat16()
@@ -203,8 +202,6 @@ def test_gpt_oss_moe_with_mxfp4_weights(k_act, value_layout, scales_n_contiguous
     gammas = rd.gate_scal.float()
     w1_arg, w2_arg = (swizzle_mx_values(w1), swizzle_mx_values(w2)) if value_layout == "hopper" else (w1, w2)
     s1_arg, s2_arg = (s1.contiguous(), s2.contiguous()) if scales_n_contiguous else (s1, s2)
-    if scales_n_contiguous:
-        assert max(ogsgen.bound_mx_scales(s1_arg), ogsgen.bound_mx_scales(s2_arg)) <= 128
     with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=32 if value_layout == "strided" else 64):
         h = matmul_ogs(x, w1_arg, b1, rd, gather_indx=gi, fused_activation=act,
                        precision_config=PrecisionConfig(weight_scale=s1_arg))
@@ -253,22 +250,18 @@ def test_hopper_layout_puts_each_value_where_documented(device):
             assert stored == codes[column, row], (column, row)
 
 
-@pytest.mark.parametrize("largest_code", [252, 128], ids=["two-multiply", "small-scales"])
-def test_hopper_layout_matmul_reads_every_code_at_every_scale_exactly(largest_code, device):
+def test_hopper_layout_matmul_reads_every_code_at_every_scale_exactly(device):
     """x = I makes y = W: through the hopper layout's upcast and the MMA, each of the 256 x N values comes back as
     the reference decodes it, bit for bit (fp32 output of one nonzero product per sum). Every e2m1 code sits in
     every 32-row block, blocks take every scale code up to ``largest_code``, and the 8 codes of a word differ (so
-    that a swapped place fails). The scales are recorded (bound_mx_scales): up to 128 the upcast takes one
-    multiply, up to 252 two (above, 6 times the scale overflows bf16 and the identity's zeros would make NaN of
-    it; the PTX emulation in test_ptx_upcast.py covers codes 253-255)."""
+    that a swapped place fails). Codes up to 252 (above, 6 times the scale overflows bf16 and the identity's
+    zeros would make NaN of it; the PTX emulation in test_ptx_upcast.py covers codes 253-255)."""
     k, n = 256, 512 if device == "cuda" else 128
     rows = torch.arange(k, device=device)[:, None]
     columns = torch.arange(n, device=device)[None, :]
     codes = (rows * 5 + columns * 3 + rows // 16) % 16                       # (K, N), every code per block
     values = (codes[0::2] | (codes[1::2] << 4)).to(torch.uint8)               # (K // 2, N): strided
-    scales = ((columns * (k // 32) + torch.arange(k // 32, device=device)[:, None]) % (largest_code + 1))
-    scales = scales.to(torch.uint8)
-    assert ogsgen.bound_mx_scales(scales) == largest_code
+    scales = ((columns * (k // 32) + torch.arange(k // 32, device=device)[:, None]) % 253).to(torch.uint8)
     x = torch.eye(k, device=device, dtype=torch.bfloat16)
     y = matmul_ogs(x, swizzle_mx_values(values), None,
                    precision_config=PrecisionConfig(weight_scale=scales, out_dtype=torch.float32))
@@ -277,21 +270,38 @@ def test_hopper_layout_matmul_reads_every_code_at_every_scale_exactly(largest_co
     assert bool(same.all()), f"first mismatch at (k, n) = {same.logical_not().nonzero()[0].tolist()}"
 
 
-def test_hopper_upcast_with_one_multiply_gives_the_same_bits(device):
-    """The same hopper-layout call with scales recorded <= 2 (one multiply per register) and unrecorded (two):
-    bit-identical outputs, on ordinary weights (codes near 127)."""
-    x = torch.randn(24, 128, device=device).bfloat16()
-    values, scales = _mx_weights(torch.randn(1, 128, 64, device=device), "e2m1")
-    values, scales = values[0], scales[0]
-    w, unrecorded = swizzle_mx_values(values), scales.contiguous()
-    recorded = unrecorded.clone()
-    assert ogsgen.bound_mx_scales(recorded) <= 128
-    ys = [matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=s, out_dtype=torch.float32))
-          for s in (unrecorded, recorded)]
-    assert torch.equal(*ys)
-    ref = matmul_ogs_torch(x, dequantize_mx_torch(values.mT, scales.mT, "e2m1").mT, None,
-                           precision_config=PrecisionConfig(out_dtype=torch.float32))
-    assert_close(ref, ys[1], maxtol=1e-5)
+def _write_through_data(scales, new):
+    scales.data[...] = new            # what a weight loader's param.data.copy_ does: no version bump
+
+
+def _copy_into_data(scales, new):
+    scales.data.copy_(new)
+
+
+def _load_state_dict(scales, new):
+    holder = torch.nn.Module()
+    holder.register_buffer("scales", scales, persistent=True)
+    holder.load_state_dict({"scales": new})
+
+
+@pytest.mark.parametrize("write", [_write_through_data, _copy_into_data, _load_state_dict])
+def test_hopper_scales_rewritten_in_place_give_the_product_of_the_new_scales(write, device):
+    """Scales a weight loader rewrites in place between two calls, with or without a version bump (a write through
+    ``.data`` leaves the version counter as it was), codes above 128 included: the second call multiplies by the
+    new scales (no fact about the old ones may outlive them)."""
+    x = torch.randn(16, 128, device=device).bfloat16()
+    values, scales = quantize_mx(torch.randn(64, 128, device=device), "e2m1", axis=-1)      # (N, K): codes ~127
+    w, scales = swizzle_mx_values(values.mT), scales.mT.contiguous()                       # (K // 2, N), (K // 32, N)
+    pc = PrecisionConfig(weight_scale=scales, out_dtype=torch.float32)
+    matmul_ogs(x, w, None, precision_config=pc)
+    new = scales.clone()
+    new[1, 3] = 140                                             # a block's scale 2 ** 13
+    new[2, 7] = 160                                             # and 2 ** 33 (still finite products)
+    write(scales, new)
+    assert torch.equal(scales, new)
+    y = matmul_ogs(x, w, None, precision_config=pc)
+    want = x.double() @ dequantize_mx_torch(values, new.mT, "e2m1").mT.double()              # (M, N)
+    assert_close(want, y, maxtol=1e-5)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -635,8 +645,6 @@ def test_prepare_expert_weights_round_trips(format, value_layout, layout, gate_u
             assert prepared.w.stride(-2) == 1  # K-contiguous, as Hopper reads scaled weights
     if format.startswith("mx"):
         assert prepared.weight_scale.stride(-1) == 1  # N-contiguous: whole sectors per K step
-        # Hopper-layout scales are recorded (one multiply in the upcast when they are <= 2, as here).
-        assert scales_at_most_2(prepared.weight_scale) == (value_layout == "hopper")
     if gate_up == "concatenated":  # the matmul sees gate, up, gate, up, ... columns
         assert torch.equal(prepared.bias[:, 0::2], bias[:, : n // 2])
         torch.testing.assert_close(prepared.dequantize()[:, :, 1::2], prepared.dequantize(True).mT[:, :, n // 2:])

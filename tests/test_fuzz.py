@@ -51,7 +51,7 @@ import torch  # noqa: E402
 import ogsgen  # noqa: E402
 from ogsgen import (FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig, matmul_ogs,  # noqa: E402
                     matmul_ogs_torch)
-from ogsgen.numerics import (actual_scale_torch, bound_mx_scales, dequantize_mx, dequantize_mx_torch,  # noqa: E402
+from ogsgen.numerics import (actual_scale_torch, dequantize_mx, dequantize_mx_torch,  # noqa: E402
                              max_finite, quantize_mx, swizzle_mx_values, unswizzle_mx_values)
 from ogsgen.testing import assert_close  # noqa: E402
 
@@ -187,7 +187,6 @@ class Case:
     y: str | None = None         # None (allocated by matmul_ogs), "2d", "3d" ((1, M, N) for a single matmul)
     layouts: dict = field(default_factory=dict, compare=False)
     w_scale: str = ""            # fp8 w: one scale ("tensor") or one per expert or batch entry ("per-batch")
-    mx_bound: bool = False       # hopper mxfp4: scales recorded <= 2 (the one-multiply upcast)
     prepared: str | None = None  # w (and a per-expert bias) made by prepare_expert_weights from this checkpoint layout
     gate_up: str | None = None   # prepare_expert_weights' gate_up
     flex_expected: bool = False  # fp8 output: an expected scale (else unscaled)
@@ -304,7 +303,6 @@ def cases(draw, modes=("dense", "batched", "moe"), scaled: bool = False):
     w_scale = ""
     if w.startswith("fp8"):
         w_scale = draw(st.sampled_from(["tensor", "per-batch"] if (mode != "dense" or batch) else ["tensor"]))
-    mx_bound = hopper and draw(st.booleans())
     prepared = gate_up = None
     three_d_w = mode != "dense" or batch is not None
     if w != "plain" and x in ("fp16", "bf16") and three_d_w and draw(st.booleans()):
@@ -312,7 +310,6 @@ def cases(draw, modes=("dense", "batched", "moe"), scaled: bool = False):
         gate_up = draw(st.sampled_from([None, "concatenated", "interleaved"] if n % 2 == 0 else [None]))
         lay.pop("w", None)  # its own layouts: K-contiguous values, N-contiguous MX scales
         lay.pop("w_scale", None)
-        mx_bound = False
     flex_expected = out in FP8 and draw(st.booleans())
     saturate = out in FP8 and draw(st.booleans())
     allow_tf32 = x != "fp32" or draw(st.booleans())
@@ -337,7 +334,7 @@ def cases(draw, modes=("dense", "batched", "moe"), scaled: bool = False):
     bitwise = not constraints and draw(st.sampled_from([False, False, False, True]))
     replay = draw(st.sampled_from([False, False, False, True]))
     return Case(seed, mode, x, w, out, m, n, k, batch, n_expts, k_act, routing, drop, ids_dtype, no_metadata,
-                gather, scatter, bias, betas, gammas, out_alpha, swiglu, y_acc_in, y_acc_3d, y, lay, w_scale, mx_bound,
+                gather, scatter, bias, betas, gammas, out_alpha, swiglu, y_acc_in, y_acc_3d, y, lay, w_scale,
                 prepared, gate_up, flex_expected, saturate, allow_tf32, bitwise, tuple(sorted(constraints.items())),
                 replay)
 
@@ -449,8 +446,6 @@ class Call:
             self.w_ref = dequantize_mx_torch(values, scales, element).mT
             values, scales = values.mT, scales.mT  # (..., K/2 or K, N), (..., K/32, N): any layout (drawn)
             pc_fields["weight_scale"] = self._input("w_scale", scales)
-            if c.mx_bound:
-                bound_mx_scales(pc_fields["weight_scale"])
             if c.w == "mxfp4-hopper":
                 self.w = swizzle_mx_values(values)
                 self.storages["w"] = (self.w.data, _bits(self.w.data))

@@ -1,5 +1,5 @@
 """The packed e2m1 -> bf16 upcasts' inline PTX (ogsgen.numerics.jit.E2M1_BYTES_TO_BF16X2 for strided bytes,
-E2M1_WORD_TO_BF16 and E2M1_WORD_TO_BF16_SMALL_SCALES for hopper-layout words), executed instruction by instruction on the CPU: every value times every
+E2M1_WORD_TO_BF16 for hopper-layout words), executed instruction by instruction on the CPU: every value times every
 e8m0 scale against the torch reference.
 
 Triton's interpreter cannot run inline PTX (the test harness runs the asm's definition instead), so without this
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from ogsgen.numerics.jit import (E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E2M1_WORD_TO_BF16_SMALL_SCALES,
+from ogsgen.numerics.jit import (E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16,
                                  E8M0_PAIR_TO_BF16X2)
 from ogsgen.numerics.layouts import WORD_BITS
 from ogsgen.numerics.mx import decode_e2m1
@@ -144,20 +144,12 @@ def test_the_upcast_ptx_gives_every_byte_times_every_scale_exactly():
                                         f"want {int(want[mismatch[0]]):#06x}")
 
 
-def _pow2_bf16_bits(exponents: np.ndarray) -> np.ndarray:
-    """2 ** exponent as bf16 bits (exponents in bf16's normal range)."""
-    values = torch.from_numpy(np.ldexp(1.0, exponents.astype(np.int64)))
-    return values.to(torch.bfloat16).view(torch.int16).numpy().astype(np.uint16).astype(np.uint64)
-
-
-@pytest.mark.parametrize("small_scales", [False, True], ids=["E2M1_WORD_TO_BF16", "E2M1_WORD_TO_BF16_SMALL_SCALES"])
-def test_the_word_upcast_ptx_gives_each_value_of_the_layout_times_its_row_scale(small_scales):
+def test_the_word_upcast_ptx_gives_each_value_of_the_layout_times_its_row_scale():
     # Every nibble value in each of the word's 8 places (the others random), each word against two scale codes
     # (row r's and row r + 8's, in the halves of one register) that together cover every code in both: all 255
-    # finite codes with the factors 2 ** (code - 127), or the codes <= 128 with the SMALL_SCALES factors
-    # 2 ** (code - 1) (ogsgen.numerics.jit.bf16_pair_of_small_scales).
+    # finite codes with the factors 2 ** (code - 127).
     rng = np.random.default_rng(0)
-    n_codes = 129 if small_scales else 255
+    n_codes = 255
     words = rng.integers(0, 2 ** 32, size=(8, 16, 255), dtype=np.uint64)
     for place in range(8):
         positions = WORD_BITS[place // 2][place % 2]
@@ -168,10 +160,9 @@ def test_the_word_upcast_ptx_gives_each_value_of_the_layout_times_its_row_scale(
     words = words.ravel()
     code_row = np.arange(words.size, dtype=np.uint64) % np.uint64(n_codes)
     code_row8 = (code_row * np.uint64(7) + np.uint64(3)) % np.uint64(n_codes)
-    factor_bits = (lambda c: _pow2_bf16_bits(c.astype(np.int64) - 1)) if small_scales else _bf16_factor_bits
-    factors = factor_bits(code_row) | (factor_bits(code_row8) << np.uint64(16))
-    ptx = (E2M1_WORD_TO_BF16_SMALL_SCALES if small_scales else E2M1_WORD_TO_BF16).value
-    assert ptx.count("fma.rn.bf16x2") == (4 if small_scales else 8)
+    factors = _bf16_factor_bits(code_row) | (_bf16_factor_bits(code_row8) << np.uint64(16))
+    ptx = E2M1_WORD_TO_BF16.value
+    assert ptx.count("fma.rn.bf16x2") == 8
     out = run_ptx(ptx, {"$8": words, "$9": factors})
     for register, lanes in enumerate(WORD_BITS):
         scale_codes = code_row8 if register % 2 else code_row

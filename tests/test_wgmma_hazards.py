@@ -53,9 +53,9 @@ def test_retired_wgmmas_and_other_registers_are_not_hazards():
 
 
 def _compile_offline(name: str, tile, wait_mma: bool, waiting_compile: bool = True, arch: int = 90,
-                     small_scales: bool = False, even_k: bool = True, scales_n_contiguous: bool = False):
+                     even_k: bool = True, scales_n_contiguous: bool = False):
     """An offline compile of a generated hopper-layout MX kernel for sm_<arch> with Triton's own ptxas (no GPU
-    needed); ``small_scales``: the one-multiply upcast; ``even_k``: K a multiple of BLOCK_K;
+    needed); ``even_k``: K a multiple of BLOCK_K;
     ``scales_n_contiguous``: scales stored as prepare_expert_weights stores them (else K-contiguous)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -69,7 +69,7 @@ def _compile_offline(name: str, tile, wait_mma: bool, waiting_compile: bool = Tr
     signature.update({arg: "fp32" for arg in ("out_alpha", "act_alpha", "act_limit") if arg in signature})
     constants = dict(stride_x_k=1, stride_w_k=1, stride_y_n=1, GROUP_M=8, EVEN_K=even_k, OFFSETS_64=False,
                      **{"stride_wmx_n" if scales_n_contiguous else "stride_wmx_k": 1},
-                     WAIT_MMA=wait_mma, W_SCALES_AT_MOST_2=small_scales,
+                     WAIT_MMA=wait_mma,
                      **dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), tile[:3])))
     if DEFAULT[name].activation is not None:
         constants["ACTIVATION_FN"] = DEFAULT[name].activation.fn
@@ -118,8 +118,8 @@ def wgmmas_and_waits() -> str:
     compiles with Triton's ptxas)."""
     result = {}
     for tile in ((16, 256, 128, 8, 3), (128, 256, 128, 8, 4)):
-        compiled = _compile_offline("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged", tile, False, small_scales=True,
-                                    even_k=False, scales_n_contiguous=True)
+        compiled = _compile_offline("ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged", tile, False, even_k=False,
+                                    scales_n_contiguous=True)
         sass = wgmma_hazards.sass_of(compiled.asm["cubin"])
         result["x".join(map(str, tile))] = [len(re.findall(r"\bHGMMA\.", sass)),
                                             len(re.findall(r"WARPGROUP\.DEPBAR", sass))]

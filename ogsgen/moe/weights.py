@@ -17,7 +17,6 @@ from ..errors import SpecError, SpecTypeError
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from ..numerics.mx import MX_BLOCK, ROUNDINGS, dequantize_mx_torch
-from ..numerics.scale_bounds import bound_mx_scales
 from ..spec.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, MXFP4, MXFP8_E4M3, MXFP8_E5M2, format_named
 from ..types import FlexCtx, InFlexData, PrecisionConfig
 
@@ -113,7 +112,6 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         prepared = _prepare_dense(weight, bias, layout, gate_up, format, rounding)
     if format == "mxfp4" and _wants_hopper_layout(value_layout, prepared.w.device):
         prepared.w = swizzle_mx_values(prepared.w)
-        bound_mx_scales(prepared.weight_scale)   # small scales let the hopper upcast take one multiply
     return prepared
 
 

@@ -4,7 +4,6 @@ from .flex import actual_scale_torch, max_finite
 from .kernels import dequantize_mx, quantize_mx
 from .layouts import SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from .mx import MX_BLOCK, dequantize_mx_torch, quantize_mx_torch
-from .scale_bounds import bound_mx_scales
 
 __all__ = ["actual_scale_torch", "max_finite", "dequantize_mx", "quantize_mx", "MX_BLOCK", "dequantize_mx_torch",
-           "quantize_mx_torch", "bound_mx_scales", "SwizzledMxValues", "swizzle_mx_values", "unswizzle_mx_values"]
+           "quantize_mx_torch", "SwizzledMxValues", "swizzle_mx_values", "unswizzle_mx_values"]

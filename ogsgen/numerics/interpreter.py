@@ -40,7 +40,7 @@ from triton.runtime import interpreter
 from ..devices import interpreting
 from ..errors import warn_at_caller
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
-from .jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, E2M1_WORD_TO_BF16_SMALL_SCALES, REQUEST_WGMMA_WAITS
+from .jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, REQUEST_WGMMA_WAITS
 from .layouts import WORD_BITS
 from .mx import decode_e2m1
 
@@ -87,16 +87,15 @@ def _e2m1_bytes_to_bf16(values, factors):
         return _AsmResults([interpreter.TensorHandle(_f32_to_bf16_bits(half * factor), tl.bfloat16) for half in halves])
 
 
-def _e2m1_word_to_bf16(words, factors, renormalized=True):
+def _e2m1_word_to_bf16(words, factors):
     """E2M1_WORD_TO_BF16 by definition: the word's 8 nibbles (their bits where ogsgen.numerics.layouts.WORD_BITS
     puts them), register by register and low lane first, times their row's bf16 factor (row r's in the low half
-    of ``factors``, row r + 8's in the high half), rounded once. Not ``renormalized`` (the SMALL_SCALES variant):
-    the nibbles are read as their value times 2**-126, which the factor 2**(code - 1) makes up for."""
+    of ``factors``, row r + 8's in the high half), rounded once."""
     bits = words.data.astype(np.int64) & 0xFFFFFFFF
     pair = factors.data.astype(np.int64) & 0xFFFFFFFF
     outputs = []
     for register, lanes in enumerate(WORD_BITS):
-        factor = _bf16_bits_to_f32((pair >> (16 * (register % 2))) & 0xFFFF) * (1.0 if renormalized else 2.0 ** -126)
+        factor = _bf16_bits_to_f32((pair >> (16 * (register % 2))) & 0xFFFF)
         for positions in lanes:
             codes = sum(((bits >> position) & 1) << bit for bit, position in enumerate(positions))
             with np.errstate(over="ignore"):  # products past bf16 range are inf, as on the GPU
@@ -118,7 +117,6 @@ def _request_wgmma_waits():
 
 
 _PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16, E2M1_WORD_TO_BF16.value: _e2m1_word_to_bf16,
-                    E2M1_WORD_TO_BF16_SMALL_SCALES.value: lambda w, f: _e2m1_word_to_bf16(w, f, renormalized=False),
                     REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
 
 

@@ -146,16 +146,14 @@ def upcast_mx_rows(values, scales, ELEMENT: tl.constexpr, OUT_DTYPE: tl.constexp
 # lanes (the e2m1 value times 2**-126, as above), then the same two fmas: times 2**126, times the row's block
 # scale. $9 holds the two rows' factors as bf16 (row r low, row r + 8 high); each fma reads one of them in both
 # lanes (sm_90's fmas select halves of an operand for free).
-# With scales known to be at most 2 (codes <= 128), one fma does both: the factor 2**(code - 1) is then a normal
-# bf16, and the product, the only rounding, is the same (E2M1_WORD_TO_BF16_SMALL_SCALES: 4 of the word's 8
-# packed multiplies saved; the 128x256x128 K step went from 530 to 455 instructions on sm_90).
-def _word_to_bf16_ptx(renormalize: bool) -> str:
-    multiplies = ("fma.rn.bf16x2 v, v, bias, nz;\n" if renormalize else "") + "fma.rn.bf16x2 v, v, {factor}, nz;\n"
-
+# (One fma per register, with the factor 2**(code - 1), would do for scale codes <= 128, which trained weights keep
+# to; a kernel cannot know that of its scales without reading them all: bench/NOTES.md, "One multiply".)
+def _word_to_bf16_ptx() -> str:
     def register(factor, low, high):
-        return multiplies.format(factor=factor) + f"mov.b32 {{{low}, {high}}}, v;\n"
-    return ("{\n.reg .b32 v, u, nz, row, row8" + (", bias;\nmov.b32 bias, 0x7E807E80" if renormalize else "")
-            + ";\n.reg .b16 scale, scale8;\nmov.b32 nz, 0x80008000;\n"
+        return (f"fma.rn.bf16x2 v, v, bias, nz;\nfma.rn.bf16x2 v, v, {factor}, nz;\n"
+                f"mov.b32 {{{low}, {high}}}, v;\n")
+    return ("{\n.reg .b32 v, u, nz, row, row8, bias;\nmov.b32 bias, 0x7E807E80;\n.reg .b16 scale, scale8;\n"
+            "mov.b32 nz, 0x80008000;\n"
             "mov.b32 {scale, scale8}, $9;\nmov.b32 row, {scale, scale};\nmov.b32 row8, {scale8, scale8};\n"
             "shl.b32 v, $8, 6;\nand.b32 v, v, 0x81C081C0;\n" + register("row", "$0", "$1")
             + "shf.l.wrap.b32 v, $8, $8, 12;\nand.b32 v, v, 0x81C081C0;\n" + register("row8", "$2", "$3")
@@ -164,8 +162,7 @@ def _word_to_bf16_ptx(renormalize: bool) -> str:
             + register("row8", "$6", "$7") + "}")
 
 
-E2M1_WORD_TO_BF16 = tl.constexpr(_word_to_bf16_ptx(renormalize=True))
-E2M1_WORD_TO_BF16_SMALL_SCALES = tl.constexpr(_word_to_bf16_ptx(renormalize=False))
+E2M1_WORD_TO_BF16 = tl.constexpr(_word_to_bf16_ptx())
 
 # bf16_bits_of_scale of two e8m0 codes at once ($1: one code in each 16-bit half): both shifted into their
 # exponent fields; code 255 (e8m0's NaN) shifts to 0x7F80, bf16's infinity, and only it carries into bit 15 when
@@ -204,20 +201,11 @@ def bf16_pair_of_scales(low_code, high_code):
 
 
 @triton.jit
-def bf16_pair_of_small_scales(low_code, high_code):
-    """2 ** (code - 1) as bf16 for two e8m0 codes <= 128 (scales <= 2), as one bf16x2 register's bits (int32),
-    low_code's in the low half: the factor of E2M1_WORD_TO_BF16_SMALL_SCALES (exponent field code + 126, which
-    fits 8 bits for such codes, so the halves do not carry into each other)."""
-    return ((low_code.to(tl.int32) | (high_code.to(tl.int32) << 16)) << 7) + 0x3F003F00
-
-
-@triton.jit
-def upcast_mxfp4_hopper_words(words, scales, SCALES_AT_MOST_2: tl.constexpr):
+def upcast_mxfp4_hopper_words(words, scales):
     """A (R, S) bf16 tile, in K order, of mxfp4 rows stored in the hopper layout (ogsgen.numerics.layouts).
 
     words: (R // 16, S * 2) int32, S a multiple of 64: per 16-row slab, 128 words per 64 columns in the order
-    (r, t, j); scales: (R, S // 32) e8m0 bytes. SCALES_AT_MOST_2: the caller guarantees every code is <= 128,
-    for the one-multiply upcast (a larger code would give a wrong factor, not an error). The joins and the final
+    (r, t, j); scales: (R, S // 32) e8m0 bytes. The joins and the final
     permute only rename registers when the result feeds a 16-bit MMA's register operand (a word is one thread's
     four registers of a 16 x 16 block).
     """
@@ -225,12 +213,9 @@ def upcast_mxfp4_hopper_words(words, scales, SCALES_AT_MOST_2: tl.constexpr):
     GROUPS: tl.constexpr = words.shape[1] // 128
     words = tl.reshape(words, (SLABS, GROUPS, 8, 4, 4))                                   # [s, g, r, t, j]
     codes = tl.permute(tl.reshape(scales, (SLABS, 2, 8, GROUPS, 2)), (0, 3, 2, 4, 1))    # [s, g, r, jh, q]
-    if SCALES_AT_MOST_2:
-        factors = bf16_pair_of_small_scales(*tl.split(codes))                            # [s, g, r, jh]
-    else:
-        factors = bf16_pair_of_scales(*tl.split(codes))
+    factors = bf16_pair_of_scales(*tl.split(codes))                                      # [s, g, r, jh]
     factors = tl.broadcast_to(tl.reshape(factors, (SLABS, GROUPS, 8, 1, 2, 1)), (SLABS, GROUPS, 8, 4, 2, 2))
-    v = tl.inline_asm_elementwise(E2M1_WORD_TO_BF16_SMALL_SCALES if SCALES_AT_MOST_2 else E2M1_WORD_TO_BF16,
+    v = tl.inline_asm_elementwise(E2M1_WORD_TO_BF16,
                                   constraints="=h,=h,=h,=h,=h,=h,=h,=h,r,r",
                                   args=[words, tl.reshape(factors, (SLABS, GROUPS, 8, 4, 4))],
                                   dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)

@@ -10,7 +10,6 @@ import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..devices import target
-from ..numerics.scale_bounds import scales_at_most_2
 from ..spec import kernel_abi
 from ..spec.variant import KernelVariant
 from ..types import Epilogue, FusedActivation, FusedComm, InnerRoutingData, PrecisionConfig, RoutingData
@@ -63,10 +62,6 @@ class MatmulInputs:
         return memory.needs_64bit_offsets(
             (call.x, (-1,)), (call.w, (-2, -1)), (self.out, (0, -1) if self.split_k > 1 else (-1,)),
             (self.y_acc_in, (-1,)), (call.pc.weight_scale, (-2, -1)), (call.pc.out_scale, (-1,)), (self.preact, (-1,)))
-
-    @property
-    def w_scales_at_most_2(self) -> bool:
-        return scales_at_most_2(self.call.pc.weight_scale)
 
     @cached_property
     def n_row_tiles(self) -> int:

@@ -16,7 +16,6 @@ from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics import interpreter
 from ..numerics.layouts import SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
-from ..numerics.scale_bounds import scales_at_most_2
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan, topk_split_k_plan
 from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 from . import launcher, loader, memory, plans, wgmma_hazards
@@ -246,7 +245,7 @@ def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, bet
     scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.acc_scale, pc.max_num_imprecise_acc,
                pc.allow_tf32, pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype,
                rhs.dtype, act.specs, epi.specs,
-               (w.k, w.n, w.layout, w.capability, scales_at_most_2(pc.weight_scale)) if swizzled else None,
+               (w.k, w.n, w.layout, w.capability) if swizzled else None,
                routing_data is None, gather_indx is None, scatter_indx is None]
     derived = ()
     if routing_data is not None:

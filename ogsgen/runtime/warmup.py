@@ -43,7 +43,6 @@ from ..errors import OgsgenError
 from ..moe.routing import routing, routing_from_topk
 from ..moe.weights import prepare_expert_weights
 from ..numerics.layouts import swizzle_mx_values
-from ..numerics.scale_bounds import LARGEST_SMALL_CODE, bound_mx_scales
 from ..spec.catalog import default_catalog, load_catalog_file
 from ..spec.formats import MX_BLOCK
 from ..spec.variant import KernelVariant, canonical_name
@@ -75,14 +74,13 @@ class WarmupCall:
     flags: OptFlags
     k: int
     top_k: int = _TOP_K
-    small_scales: bool = False   # hopper mxfp4: scales recorded <= 2 (bound_mx_scales), the one-multiply upcast
 
     def describe(self) -> str:
         f = self.flags
         return (f"{canonical_name(self.variant)} {f.block_m}x{f.block_n}x{f.block_k} w{f.num_warps} s{f.num_stages}"
                 f"{f' split{f.split_k}' if f.split_k > 1 else ''}{' persistent' if f.persistent else ''}"
                 f"{f' maxnreg{f.maxnreg}' if f.maxnreg else ''} K={self.k}"
-                f"{f' top-{self.top_k}' if self.variant.scatter else ''}{' small-scales' if self.small_scales else ''}")
+                f"{f' top-{self.top_k}' if self.variant.scatter else ''}")
 
     def run(self, device) -> None:
         v, n, k = self.variant, _N, self.k
@@ -98,7 +96,7 @@ class WarmupCall:
             rd = gi = si = None
             rows = x_rows = out_rows = 64
         x = torch.randn(x_rows, k, device=device).to(v.x.torch_dtype)
-        w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device, self.small_scales)
+        w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device)
         flex = fields.pop("flex_ctx", FlexCtx())
         ones = torch.ones(1, device=device)
         if v.x.scaling == "flexpoint":
@@ -234,9 +232,8 @@ def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
         if v.family != "matmul":
             continue
         flag_sets = reachable_flags(v, n_sms, tma)
-        for small_scales in ((True, False) if v.w.layout == "hopper" else (False,)):
-            calls += [WarmupCall(v, flags, k, top_k, small_scales) for flags in flag_sets for k in (_K_EVEN, _K_TAIL)
-                      for top_k in (_SCATTER_TOP_KS if v.scatter and flags.split_k == 1 else (_TOP_K,))]
+        calls += [WarmupCall(v, flags, k, top_k) for flags in flag_sets for k in (_K_EVEN, _K_TAIL)
+                  for top_k in (_SCATTER_TOP_KS if v.scatter and flags.split_k == 1 else (_TOP_K,))]
         if v.scatter:  # the top-k reduce for more gates: unsplit, and after a split K (a binary of its own)
             splitting = [flags for flags in flag_sets if flags.split_k > 1][:1]
             calls += [WarmupCall(v, flags, _K_EVEN, top_k) for flags in dict.fromkeys([flag_sets[0], *splitting])
@@ -250,9 +247,8 @@ def _gpu(device_index: int) -> tuple[int, bool]:
     return gpu.sm_count, gpu.tma
 
 
-def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device, small_scales: bool):
-    """w and the PrecisionConfig fields of its format, laid out as prepare_expert_weights lays them out; hopper
-    mxfp4 scales recorded <= 2 (as prepare_expert_weights does) when ``small_scales``, else unrecorded."""
+def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device):
+    """w and the PrecisionConfig fields of its format, laid out as prepare_expert_weights lays them out."""
     fmt = variant.w
     prepared = prepare_expert_weights(torch.randn(n_experts or 1, n, k, device=device),
                                       format="mxfp4" if fmt.layout == "hopper" else fmt.name, value_layout="strided")
@@ -262,8 +258,6 @@ def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, devi
     fields = {"weight_scale": weight_scale} if weight_scale is not None else {}
     if scale is not None:
         fields["flex_ctx"] = FlexCtx(rhs_data=InFlexData(scale=scale))
-    if small_scales and bound_mx_scales(weight_scale) > LARGEST_SMALL_CODE:
-        raise OgsgenError("warm-up's random mxfp4 weights have a scale above 2: the one-multiply upcast is not warm")
     return (swizzle_mx_values(w) if fmt.layout == "hopper" else w), fields
 
 

@@ -242,7 +242,6 @@ TILED = (
      Param("W_PADDED", lambda a: a.call.inner.w_is_padded, _inner, constexpr=True)),
     (Param("EVEN_K", _even_k, constexpr=True),
      Param("WAIT_MMA", lambda a: a.flags.wait_mma, _w_mx, constexpr=True),
-     Param("W_SCALES_AT_MOST_2", lambda a: a.w_scales_at_most_2, _w_hopper, constexpr=True),
      _OFFSETS_64),
 )
 
