@@ -12,6 +12,7 @@ import triton.language as tl
 
 import ogsgen
 from ogsgen.moe.weights import _interleave
+from ogsgen.numerics import fp8_blocks
 from ogsgen.numerics import FP8_BLOCK, FP8_E4M3_MAX, dequantize_fp8_torch, quantize_fp8, quantize_fp8_torch
 
 NAN, INF = float("nan"), float("inf")
@@ -157,6 +158,15 @@ def test_pow2_scales_are_the_smallest_powers_of_two_at_least_amax_over_448():
     expected = torch.tensor([_pow2_reference(a) for a in amax64.tolist()], dtype=torch.float64)
     assert torch.equal(scale, expected)
     assert (scales[:20, 0] == torch.tensor([2.0 ** e for e in range(-10, 10)])).all()
+
+
+def test_quantize_fp8_torch_in_slabs_equals_in_one_go(monkeypatch):
+    t = spread((5, 3, 140, 130), "cpu")
+    whole = quantize_fp8_torch(t, (128, 128))
+    monkeypatch.setattr(fp8_blocks, "QUANTIZE_SLAB", 140 * 130 * 2)  # two matrices at a time, the last slab short
+    slabs = quantize_fp8_torch(t, (128, 128))
+    assert torch.equal(slabs[0].view(torch.uint8), whole[0].view(torch.uint8)) and torch.equal(slabs[1], whole[1])
+    assert_quantized_as_reference(t, (128, 128), False, *slabs)
 
 
 def test_dequantize_fp8_torch_checks_its_arguments():

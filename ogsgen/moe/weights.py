@@ -235,14 +235,17 @@ def _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format) -> Prep
     _check_outputs(bias, values.shape[0], values.shape[1], gate_up)
     if gate_up == "concatenated":
         values, scales = _interleave(values, 1), _interleave(scales, 1)
-    return PreparedWeights(values.contiguous().mT, _kernel_bias(bias, gate_up), format, weight_scale=scales.mT.contiguous(),
-                           gate_up=gate_up, layout=layout)
+    return PreparedWeights(values.contiguous().mT, _kernel_bias(bias, gate_up), format,
+                           weight_scale=scales.mT.contiguous(), gate_up=gate_up, layout=layout)
 
 
 def _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format, pow2_scales) -> PreparedWeights:
     if format not in _FP8_BLOCKS:
         raise SpecError(f"weight_scale= goes with an e4m3 checkpoint of format 'fp8e4m3_b128' or 'fp8e4m3_channel', "
                         f"not {format!r}; MX checkpoints pass weight=(values, scales)")
+    if weight_scale is None:
+        raise SpecError(f"an e4m3 weight of format {format!r} needs its checkpoint's float32 scales: pass "
+                        f"weight_scale=")
     if not isinstance(weight, torch.Tensor) or weight.dtype != torch.float8_e4m3fn or weight.ndim != 3:
         got = (f"{weight.dtype} {tuple(weight.shape)}" if isinstance(weight, torch.Tensor)
                else type(weight).__name__)
@@ -250,9 +253,6 @@ def _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format,
                         f"or (E, in, out), got {got}; pass bf16/fp32 weights without weight_scale to quantize them")
     values = weight if layout == "out_in" else weight.mT    # (E, N, K)
     n_expts, n, k = values.shape
-    if weight_scale is None:
-        raise SpecError(f"an e4m3 weight of format {format!r} needs its checkpoint's float32 scales: pass "
-                        f"weight_scale=")
     if not isinstance(weight_scale, torch.Tensor) or weight_scale.dtype != torch.float32:
         got = weight_scale.dtype if isinstance(weight_scale, torch.Tensor) else type(weight_scale).__name__
         raise SpecError(f"weight_scale must be a float32 tensor, got {got}; convert it with .float()")
@@ -285,4 +285,5 @@ def _prepared_fp8_blocks(values, scales, bias, format, gate_up, layout) -> Prepa
         if scales.shape[1] != values.shape[1]:  # blocks of 128 columns split by the interleaving: one scale a column
             scales = scales.repeat_interleave(FP8_BLOCK, dim=1)[:, :values.shape[1]]
         values, scales = _interleave(values, 1), _interleave(scales, 1)
-    return PreparedWeights(values.mT, _kernel_bias(bias, gate_up), format, weight_scale=scales.mT, gate_up=gate_up, layout=layout)
+    return PreparedWeights(values.mT, _kernel_bias(bias, gate_up), format, weight_scale=scales.mT, gate_up=gate_up,
+                           layout=layout)

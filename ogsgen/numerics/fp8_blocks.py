@@ -15,10 +15,11 @@ The rule, per block (``quantize_fp8`` on the device gives the same bits):
 * values = t / scale (float32 IEEE division, round to nearest even), clamped to +-448, converted to e4m3 (round to
   nearest even);
 * a block holding a NaN or an infinity gets the scale NaN and element codes 0: it dequantizes to NaN everywhere
-  (as MX blocks do, ``ogsgen.numerics.mx``), so a NaN or an infinity is never lost in a finite block.
+  (as MX blocks do, ``ogsgen.numerics.mx``).
 
-Blocks of tiny values (amax below about 5e-36) get subnormal scales, which hold few bits: their values may then
-saturate at 448 (or, below about 2e-43, all round to 0 with the scale 1.0).
+Blocks of tiny values (amax below about 5e-36) get subnormal scales, which hold few bits: their largest values may
+then saturate at 448; below about 3e-43 amax / 448 underflows to 0, so (without pow2_scales) the scale is 1.0 and the
+values round to 0.
 """
 from __future__ import annotations
 
@@ -162,7 +163,7 @@ def _block_scale(amax_bits, POW2: tl.constexpr):
 
 @triton.jit
 def _load_tile(X, rows, cols, mask_m, n_cols, stride_xm, stride_xk):
-    x = tl.load(X + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :] * stride_xk,
+    x = tl.load(X + rows.to(tl.int64)[:, None] * stride_xm + cols.to(tl.int64)[None, :] * stride_xk,
                 mask=mask_m[:, None] & (cols[None, :] < n_cols), other=0.0)
     return x.to(tl.float32)
 
