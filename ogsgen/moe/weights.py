@@ -5,6 +5,10 @@ Checkpoints store expert weights as ``(E, out, in)`` (``nn.Linear`` order; HF, g
 (``[gate; up]``: DeepSeek, Qwen, merged Mixtral) or already interleaved (gpt-oss). ``matmul_ogs``
 wants ``(E, K=in, N=out)`` with gate and up columns interleaved for the fused SwiGLU, and scaled
 formats stored K-contiguous (Hopper reads fp8 and MX weights along K).
+
+fp8 checkpoints with float32 block scales (``"fp8e4m3_b128"``: DeepSeek-V3/R1, Qwen3-FP8; ``"fp8e4m3_channel"``:
+llm-compressor's FP8-Dynamic) are taken as they are, or quantized from bf16/fp32 in the checkpoint's own blocks of
+the (out, in) matrix; docs/formats.md says how their scales are laid out.
 """
 from __future__ import annotations
 
@@ -14,17 +18,21 @@ import torch
 
 from ..devices import check_kernel_device, target
 from ..errors import SpecError, SpecTypeError
+from ..numerics.fp8_blocks import FP8_BLOCK, dequantize_fp8_torch, quantize_fp8_torch
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from ..numerics.mx import MX_BLOCK, ROUNDINGS, dequantize_mx_torch
 from ..spec.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, MXFP4, MXFP8_E4M3, MXFP8_E5M2, format_named
 from ..types import FlexCtx, InFlexData, PrecisionConfig
 
-FORMATS = ("bf16", "fp16", "fp32", "fp8e4m3", "fp8e5m2", "mxfp4", "mxfp8e4m3", "mxfp8e5m2")
+FORMATS = ("bf16", "fp16", "fp32", "fp8e4m3", "fp8e5m2", "mxfp4", "mxfp8e4m3", "mxfp8e5m2", "fp8e4m3_b128",
+           "fp8e4m3_channel")
 # format names (NumericFormat.name) -> what preparing them needs
 _PLAIN = {f.name: f.torch_dtype for f in (BF16, FP16, FP32)}
 _FP8 = {f.name: f.torch_dtype for f in (FP8_E4M3, FP8_E5M2)}
 _MX = {f.name: f.element for f in (MXFP4, MXFP8_E4M3, MXFP8_E5M2)}
+# e4m3 with float32 scales: the (rows, columns) of the (out, in) matrix that share one scale
+_FP8_BLOCKS = {"fp8e4m3_b128": (FP8_BLOCK, FP8_BLOCK), "fp8e4m3_channel": (1, 0)}
 
 
 def _interleave(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -47,7 +55,9 @@ class PreparedWeights:
     w: torch.Tensor | SwizzledMxValues    # (E, K, N); mxfp4: uint8 (E, K // 2, N), or swizzled
     bias: torch.Tensor | None            # float32 (E, N), columns ordered as w's
     format: str
-    weight_scale: torch.Tensor | None = None   # MX: uint8 (E, cdiv(K, 32), N)
+    weight_scale: torch.Tensor | None = None   # MX: uint8 (E, cdiv(K, 32), N); fp8e4m3_b128: float32
+    # (E, cdiv(K, 128), cdiv(N, 128)), or (E, cdiv(K, 128), N) when gate/up were interleaved; fp8e4m3_channel:
+    # float32 (E, 1, N)
     scale: torch.Tensor | None = None          # fp8: float32 (E,), one per expert
     gate_up: str | None = None
     layout: str = "out_in"
@@ -65,6 +75,10 @@ class PreparedWeights:
         if self.format in _MX:
             values = unswizzle_mx_values(self.w) if isinstance(self.w, SwizzledMxValues) else self.w
             dense = dequantize_mx_torch(values.mT, self.weight_scale.mT, _MX[self.format]).mT
+        elif self.format in _FP8_BLOCKS:
+            k_block = FP8_BLOCK if self.format == "fp8e4m3_b128" else 0
+            n_block = 1 if self.weight_scale.shape[-1] == self.w.shape[-1] else FP8_BLOCK
+            dense = dequantize_fp8_torch(self.w, self.weight_scale, (k_block, n_block))
         elif self.scale is not None:
             dense = self.w.float() * self.scale[:, None, None]
         else:
@@ -78,21 +92,29 @@ class PreparedWeights:
 
 
 def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up: str | None = None,
-                           format: str = "bf16", rounding: str = "up",
-                           value_layout: str = "auto") -> PreparedWeights:
+                           format: str = "bf16", rounding: str = "up", value_layout: str = "auto",
+                           weight_scale: torch.Tensor | None = None, pow2_scales: bool = False) -> PreparedWeights:
     """Transpose, interleave gate/up, quantize and lay out expert weights for ``matmul_ogs``.
 
     weight: a float tensor (E, out, in) for ``layout="out_in"`` or (E, in, out) for ``"in_out"``; or an
         already MX-quantized checkpoint ``(values, scales)`` in ``"out_in"`` layout, quantized along
         ``in`` (gpt-oss: uint8 blocks (E, out, in // 2) or (E, out, in // 32, 16), scales (E, out, in // 32)),
-        with ``format="mxfp4"``.
+        with ``format="mxfp4"``; or an e4m3 checkpoint (torch.float8_e4m3fn) with its ``weight_scale``, for the
+        formats fp8e4m3_b128 and fp8e4m3_channel.
     bias: None or (E, out).
     gate_up: None (no SwiGLU), ``"concatenated"`` ([gate; up] along out, interleaved here) or
         ``"interleaved"`` (already gate, up, gate, up, ...).
     format: one of FORMATS; fp8 gets one flexpoint scale per expert (absmax / max finite), MX one
-        e8m0 scale per 32 values of K (``rounding`` as in ``ogsgen.numerics.quantize_mx``).
+        e8m0 scale per 32 values of K (``rounding`` as in ``ogsgen.numerics.quantize_mx``); fp8e4m3_b128 one
+        float32 scale per 128 x 128 block of (out, in) (``pow2_scales``: powers of two, as UE8M0 checkpoints),
+        fp8e4m3_channel one per output column (``ogsgen.numerics.quantize_fp8_torch``).
     value_layout: how mxfp4 values are stored: ``"strided"``, ``"hopper"`` (swizzled for the in-register
         upcast, ``ogsgen.swizzle_mx_values``) or ``"auto"``: hopper when the weights are on a Hopper GPU.
+    weight_scale: the float32 scales of an e4m3 checkpoint, taken as they are: fp8e4m3_b128 (E, cdiv(out, 128),
+        cdiv(in, 128)) for "out_in" (DeepSeek's ``weight_scale_inv``), (E, cdiv(in, 128), cdiv(out, 128)) for
+        "in_out"; fp8e4m3_channel (E, out), or (E, out, 1) for "out_in" and (E, 1, out) for "in_out". An "out_in"
+        checkpoint without gate_up="concatenated" is not copied: ``w`` and ``weight_scale`` are views of it.
+    pow2_scales: fp8e4m3_b128 from bf16/fp32 weights: scales rounded up to powers of two.
     """
     if layout not in ("out_in", "in_out"):
         raise SpecError(f"layout must be 'out_in' (E, out, in) or 'in_out' (E, in, out), got {layout!r}")
@@ -106,10 +128,17 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         raise SpecError(f"value_layout='hopper' applies to mxfp4 weights, not {format}; use 'auto' or 'strided'")
     if rounding not in ROUNDINGS:
         raise SpecError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
-    if isinstance(weight, tuple):
+    if not isinstance(pow2_scales, bool):
+        raise SpecTypeError(f"pow2_scales must be a bool, got {pow2_scales!r}")
+    if pow2_scales and format != "fp8e4m3_b128":
+        raise SpecError(f"pow2_scales applies to format='fp8e4m3_b128', not {format!r}; leave it False")
+    e4m3_checkpoint = isinstance(weight, torch.Tensor) and weight.dtype == torch.float8_e4m3fn
+    if weight_scale is not None or (e4m3_checkpoint and format in _FP8_BLOCKS):
+        prepared = _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format, pow2_scales)
+    elif isinstance(weight, tuple):
         prepared = _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format)
     else:
-        prepared = _prepare_dense(weight, bias, layout, gate_up, format, rounding)
+        prepared = _prepare_dense(weight, bias, layout, gate_up, format, rounding, pow2_scales)
     if format == "mxfp4" and _wants_hopper_layout(value_layout, prepared.w.device):
         prepared.w = swizzle_mx_values(prepared.w)
     return prepared
@@ -121,24 +150,31 @@ def _wants_hopper_layout(value_layout: str, device: torch.device) -> bool:
     return device.type == "cuda" and target(device).wgmma
 
 
-def _check_bias(bias, experts: int, out: int) -> None:
+def _check_outputs(bias, experts: int, out: int, gate_up) -> None:
+    """The bias's shape, and an even ``out`` for gate_up."""
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise SpecTypeError(f"bias must be None or a float tensor (E, out) = {(experts, out)}, got "
+                                f"{type(bias).__name__}; pass torch.tensor(...)")
+        if tuple(bias.shape) != (experts, out):
+            raise SpecError(f"bias must have shape (E, out) = {(experts, out)}, got {tuple(bias.shape)}")
+    if gate_up is not None and out % 2:
+        raise SpecError(f"gate_up needs an even number of output features, got {out}")
+
+
+def _kernel_bias(bias, gate_up):
+    """The bias as the kernel reads it: float32, contiguous, interleaved like the columns for concatenated gate/up."""
     if bias is None:
-        return
-    if not isinstance(bias, torch.Tensor):
-        raise SpecTypeError(f"bias must be None or a float tensor (E, out) = {(experts, out)}, got "
-                            f"{type(bias).__name__}; pass torch.tensor(...)")
-    if tuple(bias.shape) != (experts, out):
-        raise SpecError(f"bias must have shape (E, out) = {(experts, out)}, got {tuple(bias.shape)}")
+        return None
+    return (_interleave(bias, -1) if gate_up == "concatenated" else bias).float().contiguous()
 
 
-def _prepare_dense(weight, bias, layout, gate_up, format, rounding) -> PreparedWeights:
+def _prepare_dense(weight, bias, layout, gate_up, format, rounding, pow2_scales) -> PreparedWeights:
     if not isinstance(weight, torch.Tensor) or weight.ndim != 3 or not weight.dtype.is_floating_point:
         raise SpecError("weight must be a float tensor (E, out, in) or (E, in, out), or a (values, scales) tuple")
     w = weight.mT if layout == "out_in" else weight          # (E, K, N)
     k, n = w.shape[-2:]
-    _check_bias(bias, w.shape[0], n)
-    if gate_up is not None and n % 2:
-        raise SpecError(f"gate_up needs an even number of output features, got {n}")
+    _check_outputs(bias, w.shape[0], n, gate_up)
     if format in _MX:
         # quantize_mx runs a Triton kernel: the weight must be where kernels run (a meta tensor has no data; on a
         # GPU the kernel would read its pointer, an illegal memory access)
@@ -146,10 +182,12 @@ def _prepare_dense(weight, bias, layout, gate_up, format, rounding) -> PreparedW
     if format == "mxfp4" and k % 2:
         raise SpecError(f"in must be even for mxfp4 (two values per byte), got in={k} (weight {tuple(weight.shape)}, "
                         f"layout={layout!r}); pad in with a zero feature")
+    if format in _FP8_BLOCKS:  # quantized in the checkpoint's own blocks of (out, in), then interleaved
+        values, scales = quantize_fp8_torch(w.mT, _FP8_BLOCKS[format], pow2_scales=pow2_scales)
+        return _prepared_fp8_blocks(values, scales, bias, format, gate_up, layout)
+    bias = _kernel_bias(bias, gate_up)
     if gate_up == "concatenated":
         w = _interleave(w, -1)
-        bias = _interleave(bias, -1) if bias is not None else None
-    bias = bias.float().contiguous() if bias is not None else None
     if format in _PLAIN:
         return PreparedWeights(w.to(_PLAIN[format]).contiguous(), bias, format, gate_up=gate_up, layout=layout)
     k_major = w.mT.float().contiguous()                      # (E, N, K): K contiguous
@@ -192,12 +230,58 @@ def _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format) -> Prep
         raise SpecError(f"scales must be (E, out, in // 32) matching values {tuple(values.shape)}, "
                         f"got {tuple(scales.shape)}; in={k} takes {-(-k // MX_BLOCK)} scales per row (one per "
                         f"{MX_BLOCK} values, rounded up)")
-    _check_bias(bias, values.shape[0], values.shape[1])
-    if gate_up is not None and values.shape[1] % 2:
-        raise SpecError(f"gate_up needs an even number of output features, got {values.shape[1]}")
+    _check_outputs(bias, values.shape[0], values.shape[1], gate_up)
     if gate_up == "concatenated":
         values, scales = _interleave(values, 1), _interleave(scales, 1)
-        bias = _interleave(bias, -1) if bias is not None else None
-    bias = bias.float().contiguous() if bias is not None else None
-    return PreparedWeights(values.contiguous().mT, bias, format, weight_scale=scales.mT.contiguous(),
-                           gate_up=gate_up, layout=layout)
+    return PreparedWeights(values.contiguous().mT, _kernel_bias(bias, gate_up), format,
+                           weight_scale=scales.mT.contiguous(), gate_up=gate_up, layout=layout)
+
+
+def _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format, pow2_scales) -> PreparedWeights:
+    if format not in _FP8_BLOCKS:
+        raise SpecError(f"weight_scale= goes with an e4m3 checkpoint of format 'fp8e4m3_b128' or 'fp8e4m3_channel', "
+                        f"not {format!r}; MX checkpoints pass weight=(values, scales)")
+    if weight_scale is None:
+        raise SpecError(f"an e4m3 weight of format {format!r} needs its checkpoint's float32 scales: pass "
+                        f"weight_scale=")
+    if not isinstance(weight, torch.Tensor) or weight.dtype != torch.float8_e4m3fn or weight.ndim != 3:
+        got = (f"{weight.dtype} {tuple(weight.shape)}" if isinstance(weight, torch.Tensor)
+               else type(weight).__name__)
+        raise SpecError(f"with weight_scale=, weight must be the checkpoint's torch.float8_e4m3fn values (E, out, in) "
+                        f"or (E, in, out), got {got}; pass bf16/fp32 weights without weight_scale to quantize them")
+    values = weight if layout == "out_in" else weight.mT    # (E, N, K)
+    n_expts, n, k = values.shape
+    if not isinstance(weight_scale, torch.Tensor) or weight_scale.dtype != torch.float32:
+        got = weight_scale.dtype if isinstance(weight_scale, torch.Tensor) else type(weight_scale).__name__
+        raise SpecError(f"weight_scale must be a float32 tensor, got {got}; convert it with .float()")
+    if weight_scale.device != weight.device:
+        raise SpecError(f"weight_scale is on {weight_scale.device} but weight is on {weight.device}; move both to one "
+                        f"device")
+    if pow2_scales:
+        raise SpecError("pow2_scales applies when quantizing bf16/fp32 weights; a checkpoint's scales are taken as "
+                        "they are: leave it False")
+    # The scales' accepted shapes, each with the view that turns it into (E, out blocks, in blocks).
+    if format == "fp8e4m3_b128":
+        blocks_n, blocks_k = -(-n // FP8_BLOCK), -(-k // FP8_BLOCK)
+        accepted = ({(n_expts, blocks_n, blocks_k): lambda s: s} if layout == "out_in" else
+                    {(n_expts, blocks_k, blocks_n): lambda s: s.mT})
+    else:
+        accepted = {(n_expts, n): lambda s: s[..., None],
+                    **({(n_expts, n, 1): lambda s: s} if layout == "out_in" else {(n_expts, 1, n): lambda s: s.mT})}
+    as_out_in = accepted.get(tuple(weight_scale.shape))
+    if as_out_in is None:
+        expected = " or ".join(str(shape) for shape in accepted)
+        raise SpecError(f"weight_scale of format {format!r} for a {layout!r} weight {tuple(weight.shape)} must have "
+                        f"shape {expected}, got {tuple(weight_scale.shape)}")
+    _check_outputs(bias, n_expts, n, gate_up)
+    return _prepared_fp8_blocks(values.contiguous(), as_out_in(weight_scale), bias, format, gate_up, layout)
+
+
+def _prepared_fp8_blocks(values, scales, bias, format, gate_up, layout) -> PreparedWeights:
+    """PreparedWeights of K-contiguous e4m3 values (E, N, K) and their scales (E, out blocks, in blocks)."""
+    if gate_up == "concatenated":
+        if scales.shape[1] != values.shape[1]:  # blocks of 128 columns split by the interleaving: one scale a column
+            scales = scales.repeat_interleave(FP8_BLOCK, dim=1)[:, :values.shape[1]]
+        values, scales = _interleave(values, 1), _interleave(scales, 1)
+    return PreparedWeights(values.mT, _kernel_bias(bias, gate_up), format, weight_scale=scales.mT, gate_up=gate_up,
+                           layout=layout)

@@ -6,6 +6,8 @@ In every Triton release from 3.3 to 3.9 the interpreter emulates these operation
 * ``tl.dot`` with bf16 operands multiplies the raw uint16 storage (results off by ~1e10): bf16 is upcast to fp32
   first, as the GPU's MMA does;
 * fp32 -> bf16 casts truncate: they round to nearest even, as the GPU does;
+* bf16 -> fp32 casts turn bf16's subnormals (below 2**-126) into other values (1e-39 into 4.4e-39): they give their
+  values, exactly, as the GPU does;
 * fp32 -> fp8 casts lose the carry of a round-up (1.97 -> 1.0 in e4m3): they round to nearest even and saturate
   to the largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
 * fp8 -> wider casts and fp8 dots read e4m3's NaN (0x7F) as 480 and e5m2's infinities and NaNs as finite values:
@@ -143,6 +145,8 @@ def install() -> None:
                 return interpreter.TensorHandle(_f32_to_bf16_bits(values), tl.bfloat16)
             return interpreter.TensorHandle(values.astype(np.float16 if dst_type.scalar == tl.float16 else np.float32),
                                             dst_type.scalar)
+        if src.dtype.scalar == tl.bfloat16 and dst_type.scalar == tl.float32:
+            return interpreter.TensorHandle(_bf16_bits_to_f32(src.data), tl.float32)
         if src.dtype.scalar != tl.float32:
             return None
         if dst_type.scalar == tl.bfloat16:
