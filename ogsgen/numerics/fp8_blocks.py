@@ -31,9 +31,9 @@ import triton.language as tl
 
 from ..devices import check_kernel_device, interpreting
 from ..errors import SpecError, SpecTypeError
+from ..spec.formats import FP8_BLOCK
 from . import interpreter
 
-FP8_BLOCK = 128          # values along K (and N for weights) that share one scale in the b128 formats
 FP8_E4M3_MAX = 448.0     # e4m3's largest finite value: a block's scale maps its amax onto it
 QUANTIZE_SLAB = 1 << 24  # input elements quantized at a time by quantize_fp8_torch (a bounded temporary)
 _NONFINITE_BITS = 0x7F800000  # |x|'s bits from here up: infinity and NaN
@@ -177,7 +177,7 @@ def _store_e4m3(Values, tile, scale, amax_bits, rows, cols, mask_m, n_cols, stri
              mask=mask_m[:, None] & (cols[None, :] < n_cols))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def _quantize_fp8_rows(X, Values, Scales, n_rows, n_cols, stride_xm, stride_xk, stride_vm, stride_sm,
                        PER_ROW: tl.constexpr, POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """Rows of X to e4m3 with one scale per BLOCK_K columns (one read of X), or per row (PER_ROW: two reads)."""
@@ -207,6 +207,20 @@ def _quantize_fp8_rows(X, Values, Scales, n_rows, n_cols, stride_xm, stride_xk, 
 _ROW_BLOCKS = ((1, 128), (1, 0))  # the blocks quantize_fp8 runs as one Triton kernel
 
 
+def row_quantization(x: torch.Tensor, values: torch.Tensor, scales: torch.Tensor, block, pow2_scales: bool = False):
+    """(kernel, grid, arguments) of the Triton launch that quantizes 2-D x into ``values`` and ``scales`` in blocks
+    (1, 128) or (1, 0), for a caller that launches it itself (matmul_ogs notes it in its launch plan). Only
+    checked by quantize_fp8; x is read in place, any strides."""
+    n_rows, n_cols = x.shape
+    per_row = block == (1, 0)
+    block_m = 4 if per_row else 16
+    grid = (triton.cdiv(n_rows, block_m), 1 if per_row else scales.shape[1], 1)
+    args = dict(X=x, Values=values, Scales=scales, n_rows=n_rows, n_cols=n_cols, stride_xm=x.stride(0),
+                stride_xk=x.stride(1), stride_vm=values.stride(0), stride_sm=scales.stride(0), PER_ROW=per_row,
+                POW2=pow2_scales, BLOCK_M=block_m, BLOCK_K=1024 if per_row else FP8_BLOCK)
+    return _quantize_fp8_rows, grid, args
+
+
 def quantize_fp8(x: torch.Tensor, block, *, pow2_scales: bool = False):
     """:func:`quantize_fp8_torch` of a 2-D x (M, K) on its device, bit for bit: (values, scales).
 
@@ -224,16 +238,11 @@ def quantize_fp8(x: torch.Tensor, block, *, pow2_scales: bool = False):
     check_kernel_device(x, "x")
     if block not in _ROW_BLOCKS:
         return quantize_fp8_torch(x, block, pow2_scales=pow2_scales)
-    n_rows, n_cols = x.shape
-    per_row = block == (1, 0)
-    values = torch.empty((n_rows, n_cols), dtype=torch.float8_e4m3fn, device=x.device)
+    values = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty(scales_shape(x.shape, block), dtype=torch.float32, device=x.device)
     if scales.numel():
         if interpreting():
             interpreter.prepare(("e4m3",))  # the uncorrected interpreter rounds fp32 -> e4m3 wrongly
-        block_m = 4 if per_row else 16
-        grid = (triton.cdiv(n_rows, block_m), 1 if per_row else scales.shape[1])
-        _quantize_fp8_rows[grid](x, values, scales, n_rows, n_cols, x.stride(0), x.stride(1), values.stride(0),
-                                 scales.stride(0), PER_ROW=per_row, POW2=pow2_scales, BLOCK_M=block_m,
-                                 BLOCK_K=1024 if per_row else FP8_BLOCK)
+        kernel, grid, args = row_quantization(x, values, scales, block, pow2_scales)
+        kernel[grid](**args)
     return values, scales

@@ -3,6 +3,7 @@ parameters, build the kernels' arguments and launch them; repeated calls replay 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from functools import lru_cache
 
 import torch
@@ -14,8 +15,10 @@ from ..errors import (PerformanceWarning, SpecError, SpecTypeError, UnsupportedE
 from ..moe import checks as routing_checks
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics import interpreter
+from ..numerics.fp8_blocks import row_quantization, scales_shape
 from ..numerics.layouts import SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
+from ..spec.formats import FP8_BLOCK
 from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan, topk_split_k_plan
 from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 from . import launcher, loader, memory, plans, wgmma_hazards
@@ -322,7 +325,10 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         packed = " (packed mxfp4: 2 values per byte)" if w_fmt.element == "e2m1" else ""
         raise SpecError(f"x has K={x.shape[-1]} columns but w has {k} rows{packed} "
                         f"(w is (..., K, N) = {tuple(logical_w.shape)})")
-    check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n)
+    check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n, x.shape[-2])
+    if x_fmt.scaling == "block_f32" and batched:
+        raise SpecError(f"{x_fmt.name} products take 2-D x (tokens or sorted rows, K); got shape {tuple(x.shape)}: "
+                        f"flatten the batch into the rows")
     reduction_n = act.specs.reduction_n
     if n % reduction_n:
         raise SpecError(f"w has N={n} columns, which the activation {act.specs.name} cannot fold by "
@@ -388,6 +394,8 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                                    routing_data.n_expts_act, make_ragged_tensor_metadata(routing_data.expt_hist, m),
                                    routing_data.expected_tokens_per_expt)
 
+    if x_fmt.scaling == "block_f32" and x.dtype != torch.float8_e4m3fn:
+        x, pc = _quantized_activations(x, pc, x_fmt)
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs,
@@ -414,15 +422,16 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     w_k_major = w_fmt.scaling == "none" and w.stride(-1) != 1
     if w_k_major and ragged and m >= _K_CONTIGUOUS_WARN_ROWS:
         _warn_k_contiguous_once(w)
+    k_group = w_fmt.block_size if w_fmt.scales_apply == "k_group" else 0
     flags = make_opt_flags(*flag_args, persistent_blocker(variant, x), scales_n_contiguous, gather_indx is not None,
-                           topk, w_k_major)
+                           topk, w_k_major, k_group)
     matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     if flags.persistent:
         y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
         if (tma_problem := tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
             # the tiled kernel, or the error if persistent was forced
             flags = make_opt_flags(*flag_args, tma_problem, scales_n_contiguous, gather_indx is not None, topk,
-                                   w_k_major)
+                                   w_k_major, k_group)
             matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
@@ -444,6 +453,20 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     except VariantNotBuiltError as exc:
         raise VariantNotBuiltError(f"{exc}. This call's matmul variant: {variant.as_code()}") from None
     return y
+
+
+def _quantized_activations(x: torch.Tensor, pc: PrecisionConfig, x_fmt) -> tuple[torch.Tensor, PrecisionConfig]:
+    """(e4m3 x, precision config with its scales as act_scale): x quantized as the block-scaled weights' format
+    says, per row and 128 columns of K or per row, into buffers of the call by a launch its plan replays."""
+    block = (1, FP8_BLOCK) if x_fmt.block_size else (1, 0)
+    values = plans.new_buffer(tuple(x.shape), torch.float8_e4m3fn, x.device)
+    scales = plans.new_buffer(scales_shape(x.shape, block), torch.float32, x.device)
+    if scales.numel():
+        if not x.is_cuda:
+            interpreter.prepare(("e4m3",))
+        kernel, grid, args = row_quantization(x, values, scales, block)
+        plans.launch(kernel, grid, args)
+    return values, dataclasses.replace(pc, act_scale=scales)
 
 
 def _matmul_output(variant: KernelVariant, call: Call, flags, topk: bool, y: torch.Tensor,

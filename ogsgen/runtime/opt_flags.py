@@ -285,7 +285,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
                    bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = (),
                    persistent_blocker: str | None = "no persistent kernel was asked for",
                    mx_scales_n_contiguous: bool = False, x_gathered: bool = False,
-                   split_is_free: bool = False, w_k_major: bool = False) -> OptFlags:
+                   split_is_free: bool = False, w_k_major: bool = False, k_group: int = 0) -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
@@ -297,6 +297,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     ``x_gathered``: rows read through a gather index (decode keeps its tiled kernel for them, docs/heuristics.md).
     ``split_is_free``: split partials would be summed by a reduce the call launches anyway (a top-k combine).
     ``w_k_major``: a plain 16-bit w stored K-contiguous (its last stride is not 1).
+    ``k_group``: K values that share a scale applied per K step (fp8 with 128 x 128 block scales), else 0.
     """
     heuristic_args = (itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
                       n_sms, w_mx_layout)
@@ -319,7 +320,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if constrained.get("split_k", 1) > 1:  # and only the tiled kernel does: drop the heuristic's persistent kernel
         constrained = {"persistent": False, **constrained}
     flags = replace(flags, **constrained)
-    operands = (itemsize, reduction_n, w_mx_layout, y_mx)
+    operands = (itemsize, reduction_n, w_mx_layout, y_mx, k_group)
     if flags.persistent and "persistent" not in constrained and _tile_problem(flags, *operands) is not None:
         flags = replace(flags, persistent=False)  # the heuristic's kernel cannot take the asked-for tile: the tiled one
     if (problem := _tile_problem(flags, *operands)) is not None:
@@ -349,7 +350,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
 
 
 def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout: str | None,
-                  y_mx: bool) -> str | None:
+                  y_mx: bool, k_group: int = 0) -> str | None:
     """Why the operands cannot take this tile's block sizes, or None."""
     if y_mx and (flags.block_n // reduction_n) % MX_BLOCK:
         return f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a multiple of {MX_BLOCK}"
@@ -362,6 +363,9 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
                 f"block_n // 2 // reduction_n to be a multiple of {MX_BLOCK}")
     if itemsize == 1 and flags.block_k < 32:
         return f"block_k={flags.block_k}: an fp8 dot needs block_k >= 32"
+    if k_group and k_group % flags.block_k:
+        return (f"block_k={flags.block_k}: fp8 block scales cover {k_group} rows of K, which each K step must stay "
+                f"inside, so block_k must divide {k_group}")
     if w_mx_layout == "hopper" and flags.block_k % 64:
         return (f"block_k={flags.block_k}: hopper-layout mxfp4 weights come in groups of 64 rows of K, so block_k "
                 f"must be a multiple of 64")

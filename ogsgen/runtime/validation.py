@@ -12,7 +12,8 @@ from ..errors import SpecError, SpecTypeError, UnsupportedError
 from ..moe.metadata import RaggedTensorMetadata
 from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
-from ..spec.formats import FLEX_BY_DTYPE, MX_FP8_BY_DTYPE, MXFP4, MXFP4_HOPPER, plain_format_of
+from ..spec.formats import (FLEX_BY_DTYPE, FP8_BLOCK, FP8_E4M3_B128, FP8_E4M3_CHANNEL, MX_FP8_BY_DTYPE, MXFP4,
+                            MXFP4_HOPPER, plain_format_of)
 from ..spec.variant import KernelVariant
 from ..types import (Epilogue, FlexCtx, FusedActivation, FusedComm, GatherIndx, InFlexData, OutFlexData,
                      PrecisionConfig, RoutingData, ScatterIndx)
@@ -207,7 +208,7 @@ def reject_unsupported(pc: PrecisionConfig):
     for name, used in unsupported.items():
         if used:
             raise UnsupportedError(f"{name} is not supported by this ogsgen build yet; leave it None")
-    if pc.act_scale is not None:
+    if pc.act_scale is not None and getattr(pc.act_scale, "dtype", None) != torch.float32:
         if pc.weight_scale is None:
             raise SpecError("precision_config.act_scale makes x mxfp8, which needs mx weights "
                             "(precision_config.weight_scale) as well")
@@ -254,6 +255,9 @@ def operand_formats(x, w, pc: PrecisionConfig):
             raise SpecError("w holds swizzled mxfp4 values but precision_config.weight_scale is None; pass their "
                             "e8m0 scales")
         w, w_fmt, k = _unwrap_swizzled(w, x)
+    elif pc.weight_scale is not None and getattr(pc.weight_scale, "dtype", None) == torch.float32:
+        w_fmt = _block_f32_weight_format(w, pc.weight_scale)
+        x_fmt = _block_f32_activation_format(x, pc.act_scale, w_fmt)
     elif pc.weight_scale is not None:
         if w.dtype == torch.uint8:
             w_fmt, k = MXFP4, 2 * w.shape[-2]  # two e2m1 values per byte along K
@@ -277,7 +281,7 @@ def operand_formats(x, w, pc: PrecisionConfig):
                             f"(or None for e4m3), got {out_dtype}")
         y_fmt = MX_FP8_BY_DTYPE[out_dtype]
     else:
-        out_dtype = pc.out_dtype or (x.dtype if x_fmt.scaling == "none" else torch.bfloat16)
+        out_dtype = pc.out_dtype or (x.dtype if x.dtype.itemsize > 1 else torch.bfloat16)  # (x quantized here: its own)
         y_fmt = FLEX_BY_DTYPE[out_dtype] if out_dtype in FLEX_BY_DTYPE else plain_format_of(out_dtype,
                                                                                          "precision_config.out_dtype")
     if x.is_cuda and any(f.bits == 8 for f in (x_fmt, w_fmt, y_fmt)):
@@ -286,6 +290,42 @@ def operand_formats(x, w, pc: PrecisionConfig):
     if problem:
         raise SpecError(f"x {x.dtype} with w {w.dtype} ({w_fmt.name}) and output {out_dtype}: {problem}")
     return x_fmt, w_fmt, y_fmt, k
+
+
+def _block_f32_weight_format(w, scale):
+    """fp8e4m3_b128 or fp8e4m3_channel: e4m3 w with float32 weight scales, told apart by the scales' shape."""
+    if w.dtype != torch.float8_e4m3fn:
+        raise SpecError(f"precision_config.weight_scale of float32 makes w block-scaled fp8: w must be "
+                        f"torch.float8_e4m3fn, got {w.dtype}")
+    k, n = w.shape[-2:]
+    blocks = (-(-k // FP8_BLOCK), -(-n // FP8_BLOCK))
+    expected = {(1, n): FP8_E4M3_CHANNEL, blocks: FP8_E4M3_B128, (blocks[0], n): FP8_E4M3_B128}
+    batch = tuple(w.shape[:-2])
+    if scale.ndim != w.ndim or tuple(scale.shape[:-2]) != batch or tuple(scale.shape[-2:]) not in expected:
+        raise SpecError(f"precision_config.weight_scale for w of shape {tuple(w.shape)} (K={k}, N={n}) must be "
+                        f"{(*batch, 1, n)} (one scale per column: fp8e4m3_channel) or {(*batch, *blocks)} / "
+                        f"{(*batch, blocks[0], n)} (per {FP8_BLOCK} x {FP8_BLOCK} block, or per {FP8_BLOCK} rows "
+                        f"and column: fp8e4m3_b128), got {tuple(scale.shape)}; ogsgen.prepare_expert_weights makes "
+                        f"them from a checkpoint")
+    return expected[tuple(scale.shape[-2:])]
+
+
+def _block_f32_activation_format(x, act_scale, w_fmt):
+    """x's format with block-scaled fp8 w: w's (matmul_ogs quantizes a bf16, fp16 or fp32 x to it; an e4m3 x
+    comes with its scales in precision_config.act_scale)."""
+    if x.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        if act_scale is not None:
+            raise SpecError("precision_config.act_scale is the scale of an e4m3 x, but x is "
+                            f"{x.dtype} (matmul_ogs quantizes it itself); drop act_scale or pass x quantized")
+        return w_fmt
+    if x.dtype != torch.float8_e4m3fn:
+        raise SpecError(f"x has dtype {x.dtype}; with {w_fmt.name} weights x is bf16, fp16, fp32 (quantized by "
+                        f"matmul_ogs) or torch.float8_e4m3fn with precision_config.act_scale")
+    if act_scale is None:
+        raise SpecError(f"x is e4m3 but precision_config.act_scale is None; pass its float32 scales "
+                        f"(ogsgen.numerics.quantize_fp8(x, {(1, FP8_BLOCK) if w_fmt.block_size else (1, 0)}) makes "
+                        f"both)")
+    return w_fmt
 
 
 @lru_cache(maxsize=None)
@@ -346,7 +386,19 @@ def _check_fp8_hardware(device) -> None:
                         f"{capability[0]}.{capability[1]}: use bf16/fp16, or mxfp4 weights (dequantized in the kernel)")
 
 
-def check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n):
+def _check_act_scale(scale, x_fmt, rows: int, k: int) -> None:
+    """An e4m3 x's float32 scales: per row and 128 columns of K (fp8e4m3_b128), or per row, or one for the tensor
+    (fp8e4m3_channel)."""
+    if x_fmt.block_size:
+        expected, shapes = "(M, cdiv(K, 128))", ((rows, -(-k // FP8_BLOCK)),)
+    else:
+        expected, shapes = "(M, 1) per row, or (1,) for the tensor", ((rows, 1), (1,), (1, 1), ())
+    if tuple(scale.shape) not in shapes:
+        raise SpecError(f"precision_config.act_scale for e4m3 x of {rows} rows and K={k} ({x_fmt.name}) must have "
+                        f"shape {expected} = {shapes[0]}, got {tuple(scale.shape)}")
+
+
+def check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_rows: int):
     flex = pc.flex_ctx
     w_batch = w.shape[0] if w.ndim == 3 else 1
     for name, scale, fmt, lengths in (("precision_config.flex_ctx.lhs_data.scale", flex.lhs_data.scale, x_fmt, (1,)),
@@ -376,7 +428,10 @@ def check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n):
         if tuple(scale.shape) != expected:
             raise SpecError(f"precision_config.weight_scale must hold one e8m0 byte per {MX_BLOCK} values of K: "
                             f"shape {expected} for w of logical shape (..., K={k}, N={n}), got {tuple(scale.shape)}")
-    if pc.max_num_imprecise_acc is not None and not (x_fmt.bits == 8 and w_fmt.scaling == "flexpoint"):
+    if x_fmt.scaling == "block_f32" and pc.act_scale is not None:
+        _check_act_scale(pc.act_scale, x_fmt, x_rows, k)
+    if pc.max_num_imprecise_acc is not None and not (x_fmt.bits == 8 and w_fmt.scaling in ("flexpoint",
+                                                                                             "block_f32")):
         raise SpecError("precision_config.max_num_imprecise_acc applies to fp8 x fp8 matmuls only; leave it None")
 
 
@@ -421,7 +476,7 @@ def named_tensors(x, w, bias, routing_data, gather_indx, scatter_indx, pc: Preci
     others; non-tensors (a function's float arguments) are left out."""
     flex = pc.flex_ctx
     read = {"x": x, "w": w, "bias": bias, "betas": betas, "gammas": gammas, "y_acc_in": y_acc_in,
-            "precision_config.weight_scale": pc.weight_scale,
+            "precision_config.weight_scale": pc.weight_scale, "precision_config.act_scale": pc.act_scale,
             "precision_config.flex_ctx.lhs_data.scale": flex.lhs_data.scale,
             "precision_config.flex_ctx.rhs_data.scale": flex.rhs_data.scale,
             "precision_config.flex_ctx.out_data.expected_scale": flex.out_data.expected_scale}

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import CatalogError, OgsgenError, SpecTypeError
 from .builtins import swiglu
-from .formats import BF16, FP8_E4M3, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP8_E4M3
+from .formats import BF16, FP8_E4M3, FP8_E4M3_B128, FP8_E4M3_CHANNEL, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP8_E4M3
 from .variant import FEATURES, KernelVariant, canonical_name, companions
 
 DEFAULT_CATALOG_NAME = "ogsgen:default"
@@ -90,6 +90,9 @@ def variant_product(formats, activations=(None,), epilogues=(None,), family="mat
     return variants
 
 
+_BLOCK_F32 = [(FP8_E4M3_B128, FP8_E4M3_B128, BF16), (FP8_E4M3_CHANNEL, FP8_E4M3_CHANNEL, BF16)]
+
+
 def default_catalog() -> Catalog:
     """Dense and batched matmuls (the router too), the MoE shapes of gpt-oss, DeepSeek, Qwen, Mixtral, and the ragged-K
     products of their weight gradients."""
@@ -124,15 +127,18 @@ def default_catalog() -> Catalog:
         # gpt-oss ships mxfp4 expert weights (bf16 activations); fp8 weights with per-tensor or per-expert
         # scales, with fp8 or bf16 activations (DeepSeek-style and weight-only serving).
         # mxfp4 in both value layouts: strided (any GPU) and hopper (what prepare_expert_weights makes on Hopper).
+        # The fp8 checkpoints most MoE models ship: DeepSeek-style 128 x 128 block scales and per-channel scales,
+        # with activations quantized to match at the call.
         *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, FP8_E4M3, BF16),
-                          (FP8_E4M3, FP8_E4M3, BF16)],
+                          (FP8_E4M3, FP8_E4M3, BF16), *_BLOCK_F32],
                          activations=(None, swiglu), ragged=(True,), gather=(True,), bias=(False, True)),
         *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, FP8_E4M3, BF16),
-                          (FP8_E4M3, FP8_E4M3, BF16)],
+                          (FP8_E4M3, FP8_E4M3, BF16), *_BLOCK_F32],
                          ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
         *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, MXFP8_E4M3, BF16),
                           (BF16, FP8_E4M3, BF16),
-                          (FP8_E4M3, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, FP8_E4M3)], bias=(False, True)),
+                          (FP8_E4M3, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, FP8_E4M3), *_BLOCK_F32],
+                         bias=(False, True)),
     ]
     # Training: each differentiable variant of those activations (plain operands, rows not scattered nor sent) has a
     # twin whose forward also stores the rows before the activation, for the backward.

@@ -5,7 +5,14 @@ A format is an element type plus how it is scaled:
 * ``none``: plain values (bf16, fp16, fp32);
 * ``flexpoint``: fp8 values times one fp32 scale per tensor (or per expert for w);
 * ``block_e8m0``: values (fp8, or fp4 e2m1 packed two per byte) times a power-of-two e8m0
-  scale shared by ``block_size`` consecutive elements along K.
+  scale shared by ``block_size`` consecutive elements along K;
+* ``block_f32``: fp8 values times float32 scales, one per ``block_size`` values along K (0: all of K) and per
+  row of x, per column or 128 columns of w (DeepSeek-style 128 x 128 blocks; per-channel weights with
+  per-row activations).
+
+Where a kernel applies a format's scales (``NumericFormat.scales_apply``) follows from the scaling: to the values
+before the dot (MX: the weights are upcast), to each K group's partial product (``block_f32`` with a block), or
+once in the epilogue (flexpoint, ``block_f32`` over all of K).
 
 ``layout`` names how the values are arranged in memory: ``strided`` is an ordinary torch tensor;
 ``hopper`` is mxfp4 weights rearranged for the in-register upcast (``ogsgen.numerics.layouts``).
@@ -18,10 +25,11 @@ import torch
 
 from ..errors import SpecError
 
-SCALINGS = ("none", "flexpoint", "block_e8m0")
+SCALINGS = ("none", "flexpoint", "block_e8m0", "block_f32")
 LAYOUTS = ("strided", "hopper")
 
 MX_BLOCK = 32  # values along K that share one e8m0 scale (the OCP MX block)
+FP8_BLOCK = 128  # values along K (and columns of w) that share one float32 scale in DeepSeek-style fp8
 
 
 @dataclass(frozen=True)
@@ -66,18 +74,36 @@ class NumericFormat:
             raise SpecError(f"format scaling must be one of {SCALINGS}, got {self.scaling!r}")
         if self.layout not in LAYOUTS:
             raise SpecError(f"format layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if (self.scaling == "block_e8m0") != (self.block_size > 0):
-            raise SpecError(f"format {self.element}: block_size is set exactly when scaling is 'block_e8m0'")
+        if self.scaling == "block_e8m0" and self.block_size <= 0:
+            raise SpecError(f"format {self.element}: 'block_e8m0' scaling needs a block_size (values along K per "
+                            f"scale)")
+        if self.scaling == "block_f32" and self.block_size not in (0, FP8_BLOCK):
+            raise SpecError(f"format {self.element}: 'block_f32' scales take block_size {FP8_BLOCK} (a scale per "
+                            f"{FP8_BLOCK} values of K) or 0 (one for all of K), got {self.block_size}")
+        if self.scaling not in ("block_e8m0", "block_f32") and self.block_size:
+            raise SpecError(f"format {self.element}: block_size applies to 'block_e8m0' and 'block_f32' scaling, not "
+                            f"{self.scaling!r}")
         if self.element == "e2m1" and self.scaling != "block_e8m0":
             raise SpecError("e2m1 (fp4) values need block_e8m0 scales (use MXFP4)")
         if self.layout == "hopper" and (self.element, self.scaling) != ("e2m1", "block_e8m0"):
             raise SpecError(f"the hopper layout holds mxfp4 values, not {self.element} ({self.scaling})")
-        if self.scaling == "flexpoint" and self.bits != 8:
-            raise SpecError(f"flexpoint scaling applies to fp8 elements, not {self.element}")
+        if self.scaling in ("flexpoint", "block_f32") and self.bits != 8:
+            raise SpecError(f"{self.scaling} scaling applies to fp8 elements, not {self.element}")
 
     @property
     def bits(self) -> int:
         return ELEMENTS[self.element].bits
+
+    @property
+    def scales_apply(self) -> str:
+        """Where a kernel applies the scales: ``"none"``; ``"operand"`` (to the values, before the dot);
+        ``"k_group"`` (to each group of ``block_size`` K values' partial product); ``"epilogue"`` (once, to the
+        accumulated products)."""
+        if self.scaling == "none":
+            return "none"
+        if self.scaling == "block_e8m0":
+            return "operand"
+        return "k_group" if self.scaling == "block_f32" and self.block_size else "epilogue"
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -91,6 +117,8 @@ class NumericFormat:
             base = "mxfp4" if self.element == "e2m1" else f"mxfp8{self.element}"
         elif self.scaling == "flexpoint":
             base = f"fp8{self.element}"
+        elif self.scaling == "block_f32":
+            base = f"fp8{self.element}_b{self.block_size}" if self.block_size else f"fp8{self.element}_channel"
         else:
             base = self.element
         return base if self.layout == "strided" else f"{base}{self.layout.replace('_', '')}"
@@ -109,8 +137,11 @@ MXFP4 = NumericFormat("e2m1", "block_e8m0", MX_BLOCK)
 MXFP4_HOPPER = NumericFormat("e2m1", "block_e8m0", MX_BLOCK, layout="hopper")
 MXFP8_E4M3 = NumericFormat("e4m3", "block_e8m0", MX_BLOCK)
 MXFP8_E5M2 = NumericFormat("e5m2", "block_e8m0", MX_BLOCK)
+FP8_E4M3_B128 = NumericFormat("e4m3", "block_f32", FP8_BLOCK)   # w: 128 x 128 blocks; x: per row, 128 of K
+FP8_E4M3_CHANNEL = NumericFormat("e4m3", "block_f32", 0)        # w: per column; x: per row (or per tensor)
 
-BY_NAME = {f.name: f for f in (BF16, FP16, FP32, FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2)}
+BY_NAME = {f.name: f for f in (BF16, FP16, FP32, FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2,
+                                FP8_E4M3_B128, FP8_E4M3_CHANNEL)}
 
 _PLAIN_BY_DTYPE = {f.torch_dtype: f for f in (BF16, FP16, FP32)}
 FLEX_BY_DTYPE = {f.torch_dtype: f for f in (FP8_E4M3, FP8_E5M2)}      # an fp8 tensor with a flexpoint scale

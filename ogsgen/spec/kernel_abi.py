@@ -81,6 +81,9 @@ def _w_hopper(v): return v.w.layout == "hopper"
 def _x_flex(v): return v.x.scaling == "flexpoint"
 def _w_flex(v): return v.w.scaling == "flexpoint"
 def _y_flex(v): return v.y.scaling == "flexpoint"
+def _x_block_f32(v): return v.x.scaling == "block_f32"
+def _w_block_f32(v): return v.w.scaling == "block_f32"
+def _k_groups(v): return v.w.scales_apply == "k_group"
 def _y_mx(v): return v.y.scaling == "block_e8m0"
 def _y_mx_batched(v): return _y_mx(v) and not v.ragged
 def _y_flex_batched(v): return _y_flex(v) and not v.ragged
@@ -128,6 +131,16 @@ def _out_scale_batch_stride(a) -> int:
 def _w_flex_scale_stride(a) -> int:
     scale = a.call.pc.flex_ctx.rhs_data.scale
     return 1 if scale is not None and scale.numel() > 1 else 0
+
+
+def _x_block_scale_stride_m(a) -> int:
+    scale = a.call.pc.act_scale  # one per row, or one for the tensor (a static activation scale)
+    return scale.stride(0) if scale.numel() > 1 else 0
+
+
+def _w_scale_block_n(a) -> int:
+    # 128 x 128 blocks, or one scale per column (prepare_expert_weights' interleaved gate/up columns)
+    return 1 if a.call.pc.weight_scale.shape[-1] == a.call.n else 128
 
 
 def _bias_batch_stride(a) -> int:
@@ -214,6 +227,15 @@ TILED = (
     (Param("XScale", lambda a: a.call.pc.flex_ctx.lhs_data.scale, _x_flex),),
     (Param("WScale", lambda a: a.call.pc.flex_ctx.rhs_data.scale, _w_flex),
      Param("stride_wscale_b", _w_flex_scale_stride, _w_flex)),
+    # fp8 with float32 block scales: x's per row (and 128 columns of K), w's per column or 128 (and 128 rows of K)
+    (Param("XBlockScales", lambda a: a.call.pc.act_scale, _x_block_f32),
+     Param("stride_xbs_m", _x_block_scale_stride_m, _x_block_f32),
+     Param("stride_xbs_k", lambda a: a.call.pc.act_scale.stride(-1), _k_groups)),
+    (Param("WBlockScales", lambda a: a.call.pc.weight_scale, _w_block_f32),
+     Param("stride_wbs_b", lambda a: _batch_stride(a.call.pc.weight_scale), _w_block_f32),
+     Param("stride_wbs_k", lambda a: a.call.pc.weight_scale.stride(-2), _k_groups),
+     Param("stride_wbs_n", lambda a: a.call.pc.weight_scale.stride(-1), _w_block_f32),
+     Param("W_SCALE_BLOCK_N", _w_scale_block_n, _k_groups, constexpr=True)),
     _FLEX_OUTPUT,
     _MX_OUTPUT,
     (Param("SliceSizes", lambda a: a.call.routing.expt_data.slice_sizes, _ragged),

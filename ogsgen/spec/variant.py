@@ -139,8 +139,9 @@ class KernelVariant:
 
     @property
     def fp8_dot(self) -> bool:
-        """Whether the dot multiplies fp8 x by fp8 w as they are (both flexpoint-scaled), not upcast."""
-        return self.x.bits == 8 and self.w.bits == 8 and self.w.scaling == "flexpoint"
+        """Whether the dot multiplies fp8 x by fp8 w as they are (scaled after it, per tensor or per block), not
+        upcast."""
+        return self.x.bits == 8 and self.w.bits == 8 and self.w.scaling in ("flexpoint", "block_f32")
 
     @cached_property  # read on every matmul_ogs call
     def has_persistent_kernel(self) -> bool:
@@ -164,7 +165,8 @@ class KernelVariant:
 
         Paths: x, w and y plain (bf16, fp16, fp32) with x == w; fp8 flexpoint w with fp8 x (an fp8
         dot) or with bf16/fp16 x (w upcast in the kernel); MX weights (mxfp4, mxfp8) with bf16/fp16
-        x, dequantized in the kernel; fp8 flexpoint x with fp8 w; fp8 flexpoint y.
+        x, dequantized in the kernel; fp8 flexpoint x with fp8 w; fp8 flexpoint y; e4m3 x and w with float32
+        block scales of one format (fp8e4m3_b128, fp8e4m3_channel) and a plain y.
         """
         name = canonical_name(self)
         for fmt_name in ("x", "y"):
@@ -187,6 +189,13 @@ class KernelVariant:
         if self.inner and not (self.x == self.w and self.x.scaling == "none" and self.y.scaling == "none"):
             raise UnsupportedError(f"{name}: inner (ragged-K) products take plain bf16, fp16 or fp32 x and w of one "
                                    f"format and a plain y")
+        if "block_f32" in (self.x.scaling, self.w.scaling):
+            if self.x != self.w or self.x.element != "e4m3":
+                raise UnsupportedError(f"{name}: fp8 block-scaled products take x and w of one format, e4m3 "
+                                       f"(fp8e4m3_b128 or fp8e4m3_channel); matmul_ogs quantizes bf16 x to w's")
+            if self.y.scaling != "none":
+                raise UnsupportedError(f"{name}: fp8 block-scaled products write a plain output (bf16, fp16, fp32)")
+            return
         x_plain = self.x.scaling == "none"
         if self.w.scaling == "block_e8m0" and not (x_plain and self.x.bits == 16):
             raise UnsupportedError(f"{name}: MX weights need bf16 or fp16 x (dequantized in the kernel)")

@@ -1,0 +1,169 @@
+"""matmul_ogs with the fp8 checkpoint formats fp8e4m3_b128 (128 x 128 weight blocks, activations per row and 128
+columns of K) and fp8e4m3_channel (weights per column, activations per row or per tensor), against a float64
+reference of the contract: x quantized as the format says, both operands dequantized, multiplied exactly."""
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import ogsgen
+from ogsgen import PrecisionConfig, matmul_ogs, matmul_ogs_torch
+from ogsgen.numerics import FP8_BLOCK, dequantize_fp8_torch, quantize_fp8, quantize_fp8_torch
+from ogsgen.testing import assert_close
+
+FORMATS = ["fp8e4m3_b128", "fp8e4m3_channel"]
+SWIGLU = ogsgen.FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+# bf16 outputs round to 2**-9 of their magnitude; the kernel's fp32 sums of exact fp8 products add little
+BF16_OUT = dict(maxtol=8e-3, rmstol=4e-3)
+
+
+def _act_block(fmt: str) -> tuple[int, int]:
+    return (1, FP8_BLOCK) if fmt == "fp8e4m3_b128" else (1, 0)
+
+
+def _x_as_the_kernel_sees_it(x, fmt):
+    """x quantized as the format says, dequantized, float64."""
+    block = _act_block(fmt)
+    return dequantize_fp8_torch(*quantize_fp8_torch(x.float(), block), block).double()
+
+
+def _weights(fmt, experts, k, n, device, gate_up=None):
+    return ogsgen.prepare_expert_weights(torch.randn(experts, n, k, device=device) / k ** 0.5, format=fmt,
+                                         gate_up=gate_up)
+
+
+def _reference(x, prepared, fmt, *args, **kwargs):
+    kwargs["precision_config"] = PrecisionConfig(out_dtype=torch.float64)
+    return matmul_ogs_torch(_x_as_the_kernel_sees_it(x, fmt), prepared.dequantize().double(), *args, **kwargs)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("k", [256, 200, 96])   # whole groups, a partial last group, less than one group
+def test_dense(fmt, k, device):
+    x = torch.randn(37, k, device=device).bfloat16()
+    prepared = _weights(fmt, 1, k, 160, device)
+    bias = torch.randn(160, device=device)
+    y = matmul_ogs(x, prepared.w[0], bias, precision_config=PrecisionConfig(weight_scale=prepared.weight_scale[0]))
+    assert y.dtype == torch.bfloat16
+    want = _x_as_the_kernel_sees_it(x, fmt) @ prepared.dequantize()[0].double() + bias.double()
+    assert_close(want, y, **BF16_OUT)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("tile", [dict(block_m=16, block_n=32, block_k=64), dict(block_m=64, block_n=64, block_k=128)],
+                         ids=["decode-tile", "prefill-tile"])
+def test_moe_layer(fmt, tile, device):
+    """A DeepSeek-style layer in small: w1 gathered with bias and SwiGLU (gate/up concatenated in the checkpoint,
+    so b128 scales are per column after interleaving), w2 scattered with the gates, top-2."""
+    tokens, hidden, inter, experts, top_k = 24, 256, 64, 8, 2
+    rd, gi, si = ogsgen.routing(torch.randn(tokens, experts, device=device), top_k)
+    x = torch.randn(tokens, hidden, device=device).bfloat16()
+    w1 = _weights(fmt, experts, hidden, 2 * inter, device, gate_up="concatenated")
+    w2 = _weights(fmt, experts, inter, hidden, device)
+    b1 = torch.randn(experts, 2 * inter, device=device) / 4
+    with ogsgen.opt_flags_constraints(**tile):
+        h = matmul_ogs(x, w1.w, b1, rd, gather_indx=gi, fused_activation=SWIGLU,
+                       precision_config=w1.precision_config())
+        y = matmul_ogs(h, w2.w, None, rd, scatter_indx=si, gammas=rd.gate_scal, precision_config=w2.precision_config())
+    h_want = _reference(x, w1, fmt, b1, rd, gi, fused_activation=SWIGLU)
+    assert_close(h_want, h, **BF16_OUT)
+    y_want = _reference(h, w2, fmt, None, rd, None, si, gammas=rd.gate_scal)   # from the kernel's own h
+    assert_close(y_want, y, **BF16_OUT)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_split_k(fmt, device):
+    x = torch.randn(8, 512, device=device).bfloat16()
+    prepared = _weights(fmt, 1, 512, 64, device)
+    pc = PrecisionConfig(weight_scale=prepared.weight_scale[0], out_dtype=torch.float32)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=64, split_k=3):
+        y = matmul_ogs(x, prepared.w[0], None, precision_config=pc)
+    want = _x_as_the_kernel_sees_it(x, fmt) @ prepared.dequantize()[0].double()
+    assert_close(want, y, maxtol=1e-5, rmstol=1e-5)   # fp32 output: only the sums' roundings
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_n_contiguous_weights_and_a_quantized_x(fmt, device):
+    """The checkpoint's K-contiguous w or an N-contiguous copy; x quantized by the caller (act_scale)."""
+    x = torch.randn(20, 384, device=device).bfloat16()
+    prepared = _weights(fmt, 1, 384, 96, device)
+    values, scales = quantize_fp8(x, _act_block(fmt))
+    want = _x_as_the_kernel_sees_it(x, fmt) @ prepared.dequantize()[0].double()
+    for w in (prepared.w[0], prepared.w[0].contiguous()):
+        y = matmul_ogs(values, w, None, precision_config=PrecisionConfig(weight_scale=prepared.weight_scale[0],
+                                                                           act_scale=scales))
+        assert_close(want, y, **BF16_OUT)
+
+
+def test_channel_weights_with_a_static_activation_scale(device):
+    """fp8e4m3_channel's other activation form: one scale for the whole x (a checkpoint's static input scale)."""
+    x = torch.randn(12, 160, device=device)
+    scale = x.abs().amax().reshape(1) / 448
+    values = (x / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    prepared = _weights("fp8e4m3_channel", 1, 160, 64, device)
+    y = matmul_ogs(values, prepared.w[0], None, precision_config=PrecisionConfig(
+        weight_scale=prepared.weight_scale[0], act_scale=scale))
+    want = (values.double() * scale.double()) @ prepared.dequantize()[0].double()
+    assert_close(want, y, **BF16_OUT)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_nan_in_x_makes_its_row_nan(fmt, device):
+    x = torch.randn(6, 256, device=device).bfloat16()
+    x[2, 5] = float("nan")
+    prepared = _weights(fmt, 1, 256, 64, device)
+    y = matmul_ogs(x, prepared.w[0], None, precision_config=PrecisionConfig(weight_scale=prepared.weight_scale[0]))
+    assert y[2].isnan().all() and not y[[0, 1, 3, 4, 5]].isnan().any()
+
+
+def test_errors(device):
+    x = torch.randn(4, 256, device=device).bfloat16()
+    b128 = _weights("fp8e4m3_b128", 1, 256, 64, device)
+    w, scales = b128.w[0], b128.weight_scale[0]
+    with pytest.raises(ogsgen.SpecError, match=r"weight_scale for w of shape \(256, 64\) .* got \(3, 1\)"):
+        matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales[:, :1].repeat(3, 1)[:3]))
+    with pytest.raises(ogsgen.SpecError, match=r"w must be torch.float8_e4m3fn, got torch.bfloat16"):
+        matmul_ogs(x, w.bfloat16(), None, precision_config=PrecisionConfig(weight_scale=scales))
+    with pytest.raises(ogsgen.SpecError, match=r"x is e4m3 but precision_config.act_scale is None"):
+        matmul_ogs(x.to(torch.float8_e4m3fn), w, None, precision_config=PrecisionConfig(weight_scale=scales))
+    with pytest.raises(ogsgen.SpecError, match=r"act_scale .* must have shape \(M, cdiv\(K, 128\)\) = \(4, 2\), got"):
+        matmul_ogs(x.to(torch.float8_e4m3fn), w, None,
+                   precision_config=PrecisionConfig(weight_scale=scales, act_scale=torch.ones(4, 1, device=device)))
+    with pytest.raises(ogsgen.SpecError, match=r"act_scale is the scale of an e4m3 x, but x is torch.bfloat16"):
+        matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales, act_scale=torch.ones(4, 2)))
+    with pytest.raises(ogsgen.SpecError, match=r"take 2-D x .* flatten the batch"):
+        matmul_ogs(x[None], b128.w, None, precision_config=b128.precision_config())
+    with pytest.raises(ogsgen.InapplicableConstraintError, match=r"block_k=256: fp8 block scales cover 128 rows"):
+        with ogsgen.opt_flags_constraints(block_k=256):
+            matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales))
+    with pytest.raises(ogsgen.UnsupportedError, match=r"under autograd .* without precision_config's scales"):
+        matmul_ogs(x.float().requires_grad_(), w, None, precision_config=PrecisionConfig(weight_scale=scales))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_fuzz_moe_calls(data):
+    """Random MoE calls of both formats: K block-aligned or ragged, top-k, gather or scatter, bias, extreme scales
+    (weights and activations spanning many binades)."""
+    fmt = data.draw(st.sampled_from(FORMATS))
+    experts = data.draw(st.integers(1, 6))
+    top_k = data.draw(st.integers(1, min(experts, 3)))
+    tokens = data.draw(st.integers(1, 20))
+    k = data.draw(st.sampled_from([64, 128, 200, 256, 300]))
+    n = data.draw(st.sampled_from([32, 96, 160]))
+    spread = data.draw(st.sampled_from([0.0, 8.0]))   # log2 range of the magnitudes
+    gather = data.draw(st.booleans())
+    torch.manual_seed(data.draw(st.integers(0, 2 ** 16)))
+    magnitude = lambda *shape: torch.exp2(torch.rand(*shape) * spread - spread / 2)  # noqa: E731
+    prepared = ogsgen.prepare_expert_weights(torch.randn(experts, n, k) * magnitude(experts, 1, k), format=fmt)
+    rd, gi, si = ogsgen.routing(torch.randn(tokens, experts), top_k)
+    bias = torch.randn(experts, n) if data.draw(st.booleans()) else None
+    if gather:
+        x = (torch.randn(tokens, k) * magnitude(tokens, 1)).bfloat16()
+        y = matmul_ogs(x, prepared.w, bias, rd, gather_indx=gi, precision_config=prepared.precision_config())
+        want = _reference(x, prepared, fmt, bias, rd, gi)
+    else:
+        x = (torch.randn(tokens * top_k, k) * magnitude(tokens * top_k, 1)).bfloat16()
+        y = matmul_ogs(x, prepared.w, bias, rd, None, si, gammas=rd.gate_scal,
+                       precision_config=prepared.precision_config())
+        want = _reference(x, prepared, fmt, bias, rd, None, si, gammas=rd.gate_scal)
+    assert_close(want, y, maxtol=1e-2, rmstol=5e-3)
