@@ -155,8 +155,11 @@ FORMAT_MOE_SHAPES = [  # label, name, tokens, n, k, E, k_act
      128, 4),
     ("gpt-oss w1 mxfp4 hopper decode", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu", 4, 5760,
      2880, 128, 4),
-    ("DeepSeek-V3 w1 fp8", "ogs_matmul_xfp8e4m3_wfp8e4m3_ybf16_ragged_gather_act_swiglu", 512, 4096, 7168, 256, 8),
-    ("DeepSeek-V3 w2 fp8", "ogs_matmul_xfp8e4m3_wfp8e4m3_ybf16_ragged_scatter_gammas", 512, 7168, 2048, 256, 8),
+    # DeepSeek-V3's expert shapes with 64 of its 256 experts (no kernel specializes on the count): all 256 need
+    # about 67 GB in one process (the float32 weights twice while drawn, 30 GB each, and the fp8 copy), and the case
+    # failed beside the suite's other processes (-n 8) while it passed alone
+    ("DeepSeek-V3 w1 fp8", "ogs_matmul_xfp8e4m3_wfp8e4m3_ybf16_ragged_gather_act_swiglu", 512, 4096, 7168, 64, 8),
+    ("DeepSeek-V3 w2 fp8", "ogs_matmul_xfp8e4m3_wfp8e4m3_ybf16_ragged_scatter_gammas", 512, 7168, 2048, 64, 8),
     ("weight-only fp8 w1", "ogs_matmul_xbf16_wfp8e4m3_ybf16_ragged_gather_bias_act_swiglu", 1000, 4096, 1024, 8, 2),
 ]
 
