@@ -49,7 +49,7 @@ import triton
 from triton.testing import do_bench, do_bench_cudagraph
 
 import ogsgen
-from ogsgen.numerics import dequantize_mx_torch
+from ogsgen.numerics import FP8_BLOCK, dequantize_fp8_torch, dequantize_mx_torch, quantize_fp8_torch
 from ogsgen.runtime import matmul as ogsgen_matmul  # its _REPLACED: what the wgmma hazard check replaced
 
 from ceilings import Ceilings, ImpossibleRate, exit_if_impossible, measure as measure_ceilings
@@ -61,7 +61,11 @@ MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
     # other models' prefill shapes: many experts with top-8 and small K and N, few experts with a very wide N
     "Qwen3-30B-A3B w1": (128, 8, 2048, 1536, "gather"),
     "Mixtral-8x7B w1": (8, 2, 4096, 28672, "gather"),
+    # the second matmuls of the fp8 checkpoints' models
+    "DeepSeek-V3 w2": (256, 8, 2048, 7168, "scatter"),
+    "Qwen3-30B-A3B w2": (128, 8, 768, 2048, "scatter"),
 }
+FP8_FORMATS = ("fp8e4m3_b128", "fp8e4m3_channel")  # checkpoint fp8 formats (x quantized by the call)
 DENSE_YARDSTICK_TOKENS = 2048  # MoE cases from this many tokens also time a dense matmul of the same M·N·K
 DENSE_SHAPES = [(8192, 8192, 8192), (4096, 5760, 2880), (64, 5760, 2880)]
 
@@ -159,6 +163,12 @@ def case_logits(name, tokens) -> torch.Tensor:
     return torch.randn(tokens, MOE_SHAPES[name][0], device="cuda")
 
 
+def fp8_as_computed(x, weight_format):
+    """x quantized as a call with these weights quantizes it, dequantized (float32)."""
+    block = (1, FP8_BLOCK) if weight_format == "fp8e4m3_b128" else (1, 0)
+    return dequantize_fp8_torch(*quantize_fp8_torch(x.float(), block), block)
+
+
 def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=None):
     """(implementation, call, flops, bytes moved) of one MoE case, then its references; ``logits``: the router's
     (tokens, experts) logits, the case's own (``case_logits``) unless given (a probe's chosen routing); ``lib``: the
@@ -183,24 +193,36 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         pc = lib.PrecisionConfig(weight_scale=scales.mT if weight_format == "mxfp4-kscales"
                                     else scales.mT.contiguous())
         w_bytes = active * k * n // 2
+    elif weight_format in FP8_FORMATS:
+        # A checkpoint's fp8 weights, (E, N, K) as stored, K-contiguous in (E, K, N); x quantized by the call
+        prepared = lib.prepare_expert_weights(dense_w.mT, format=weight_format)
+        w, pc = prepared.w, prepared.precision_config()
+        w_bytes = active * k * n + active * prepared.weight_scale[0].numel() * 4
     elif weight_format in ("bf16", "bf16-kmajor"):
         # bf16-kmajor: the same values K-contiguous, as nn.Linear checkpoints and vLLM's (E, N, K) weights hold them
         w, pc = (dense_w if weight_format == "bf16" else dense_w.mT.contiguous().mT), lib.PrecisionConfig()
         w_bytes = active * k * n * 2
     else:
-        raise ValueError(f"unknown weight format {weight_format!r}: bf16, bf16-kmajor, mxfp4, mxfp4-kscales")
+        raise ValueError(f"unknown weight format {weight_format!r}: bf16, bf16-kmajor, mxfp4, mxfp4-kscales, "
+                         f"{', '.join(FP8_FORMATS)}")
     y_rows = rows if mode == "gather" else tokens
     bytes_moved = x.numel() * 2 + w_bytes + y_rows * n * 2
     flops = 2 * rows * k * n
 
+    # fp8 formats: the reference takes x as the call quantizes it (the contract: docs/formats.md)
+    x_ref = fp8_as_computed(x, weight_format) if weight_format in FP8_FORMATS else x
+
     def reference(w_ref, routing_data, indices):  # float32 arithmetic, rows in that routing's order
-        return lib.matmul_ogs_torch(x, w_ref, None, routing_data, precision_config=lib.PrecisionConfig(
+        return lib.matmul_ogs_torch(x_ref, w_ref, None, routing_data, precision_config=lib.PrecisionConfig(
             out_dtype=torch.float32), **indices)
-    # ogsgen's mxfp4 dequantized: exact in bf16 (one mantissa bit, power-of-two scales)
-    ogsgen_weights = (lambda: dense_w) if weight_format.startswith("bf16") else \
-        (lambda: dequantize_mx_torch(values, scales, "e2m1", dtype=torch.bfloat16).mT)
+    if weight_format.startswith("bf16"):
+        ogsgen_weights = lambda: dense_w  # noqa: E731
+    elif weight_format in FP8_FORMATS:
+        ogsgen_weights = prepared.dequantize
+    else:  # ogsgen's mxfp4 dequantized: exact in bf16 (one mantissa bit, power-of-two scales)
+        ogsgen_weights = lambda: dequantize_mx_torch(values, scales, "e2m1", dtype=torch.bfloat16).mT  # noqa: E731
     yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
-    if tk is not None:
+    if tk is not None and weight_format not in FP8_FORMATS:  # (no such format there)
         tk_matmul, tk_routing = tk
         t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
         t_kwargs = (dict(gather_indx=t_gi) if mode == "gather"
@@ -237,8 +259,15 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     if tokens >= DENSE_YARDSTICK_TOKENS:  # what the GPU's dense matmul reaches on the same M·N·K, without routing
         x_dense = torch.randn(rows, k, device=device).bfloat16()
         w_dense = dense_w[0]
-        yield "dense cuBLAS", (lambda: torch.matmul(x_dense, w_dense)), flops, (rows * k + k * n + rows * n) * 2
-        yield "reference dense cuBLAS", (lambda: x_dense.float() @ w_dense.float()), None, None
+        if weight_format in FP8_FORMATS:  # fp8 cuBLAS (per-tensor scales), the fp8 yardstick
+            x8, w8, one = x_dense.to(torch.float8_e4m3fn), w_dense.mT.contiguous().mT.to(torch.float8_e4m3fn), \
+                torch.ones((), device=device)
+            yield "dense cuBLAS", (lambda: torch._scaled_mm(x8, w8, one, one, out_dtype=torch.bfloat16)), flops, \
+                rows * k + k * n + rows * n * 2
+            yield "reference dense cuBLAS", (lambda: x8.float() @ w8.float()), None, None
+        else:
+            yield "dense cuBLAS", (lambda: torch.matmul(x_dense, w_dense)), flops, (rows * k + k * n + rows * n) * 2
+            yield "reference dense cuBLAS", (lambda: x_dense.float() @ w_dense.float()), None, None
     yield "reference", lambda: reference(ogsgen_weights(), rd, kwargs), None, None
 
 
@@ -334,11 +363,12 @@ def markdown_table(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measure_case(case: str, items, ceilings: Ceilings) -> list[dict]:
+def measure_case(case: str, items, ceilings: Ceilings, fp8: bool = False) -> list[dict]:
     """results.csv rows of one case from its (impl, fn, flops, bytes) items (moe_cases, dense_cases): each
     implementation's eager median, its CUDA-graph median (graph_medians: all of them in turn) and its errors
     against the float32 references among the items ("reference IMPL" for IMPL's own, then "reference" for the
-    others). A rate above ``ceilings`` (bench/ceilings.py) is an error in the row, not a rate."""
+    others). A rate above ``ceilings`` (bench/ceilings.py; ``fp8``: fp8 products, the fp8 ceiling) is an error in
+    the row, not a rate."""
     items, rows, timed = list(items), [], []  # timed: (row, fn, output, flops, bytes moved)
     for impl, fn, flops, bytes_moved in items:
         if impl.startswith("reference"):
@@ -361,7 +391,7 @@ def measure_case(case: str, items, ceilings: Ceilings) -> list[dict]:
         else:
             tflops, tbps = flops / (ms * 1e-3) / 1e12, bytes_moved / (ms * 1e-3) / 1e12
             try:
-                ceilings.check(f"{case} {row['impl']}", tflops, tbps)
+                ceilings.check(f"{case} {row['impl']}", tflops, tbps, fp8=fp8)
                 row.update(graph_us=ms * 1e3, tflops=tflops, tbps=tbps)
             except ImpossibleRate as exc:
                 row.update(eager_us="", error=f"ImpossibleRate: {exc}")
@@ -416,7 +446,8 @@ def main():
         for weight_format in args.formats:
             for tokens in args.tokens:
                 rows += measure_case(f"{name} {weight_format} T={tokens}", moe_cases(name, tokens, weight_format, tk,
-                                                                                          vllm=vllm), ceilings)
+                                                                                          vllm=vllm), ceilings,
+                                     fp8=weight_format in FP8_FORMATS)
                 write_csv(rows, args.out / "results.csv")  # what is measured so far survives a later failure
                 torch.cuda.empty_cache()
     if not args.no_dense:

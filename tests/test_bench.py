@@ -9,7 +9,7 @@ import torch  # noqa: E402
 from bench_moe import markdown_table, relative_errors  # noqa: E402
 from ceilings import Ceilings, ImpossibleRate, exit_if_impossible  # noqa: E402
 
-CEILINGS = Ceilings(dense_tflops=700.0, hbm_tbps=4.8)
+CEILINGS = Ceilings(dense_tflops=700.0, hbm_tbps=4.8, dense_fp8_tflops=1200.0)
 
 
 def _row(case, impl, graph_us, tflops="", tbps="", rms_err=""):
@@ -121,7 +121,7 @@ def test_a_rate_above_the_ceilings_is_an_error_not_a_rate(monkeypatch):
     rows = {row["impl"]: row for row in bench_moe.measure_case("dense bf16 64x64x64", items, CEILINGS)}
     assert rows["ogsgen"]["tflops"] == 700.0 and rows["ogsgen"]["error"] == ""
     assert rows["counted twice"]["tflops"] == "" and rows["counted twice"]["graph_us"] == ""
-    assert "1400.0 TF/s is above the dense cuBLAS rate of this run (700.0 TF/s, +3%)" in rows["counted twice"]["error"]
+    assert "1400.0 TF/s is above the dense bf16 cuBLAS rate of this run (700.0 TF/s, +3%)" in rows["counted twice"]["error"]
     assert "9.60 TB/s is above the memory's peak (4.80 TB/s)" in rows["bytes counted twice"]["error"]
     with pytest.raises(SystemExit, match="dense bf16 64x64x64 counted twice, dense bf16 64x64x64 bytes counted"):
         exit_if_impossible(list(rows.values()))
@@ -138,3 +138,11 @@ def test_the_training_bench_counts_each_product_once():
     assert bench_train.layer_flops(tokens, k, width, n1) == 9 * rows * width * n1
     with pytest.raises(ImpossibleRate, match="728.0 TF/s"):
         CEILINGS.check("gpt-oss-120b T=8192 ogsgen", tflops=728.0)
+
+
+def test_fp8_products_are_held_to_the_fp8_ceiling():
+    CEILINGS.check("DeepSeek-V3 w1 fp8e4m3_b128 T=8192 ogsgen", tflops=900.0, fp8=True)   # below fp8's 1200
+    with pytest.raises(ImpossibleRate, match=r"above the dense fp8 cuBLAS rate of this run \(1200\.0 TF/s"):
+        CEILINGS.check("DeepSeek-V3 w1 fp8e4m3_b128 T=8192 ogsgen", tflops=1300.0, fp8=True)
+    with pytest.raises(ImpossibleRate, match="bf16"):
+        CEILINGS.check("a bf16 case", tflops=900.0)

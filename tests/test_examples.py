@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +68,14 @@ def test_moe_layer_example(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "MoE layer matches torch" in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["fp8e4m3_b128", "fp8e4m3_channel"])
+def test_deepseek_fp8_layer_example(fmt, tmp_path):
+    result = subprocess.run([sys.executable, str(EXAMPLES / "deepseek_fp8_layer.py"), "--format", fmt], env=_env(),
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert f"{fmt} MoE layer" in result.stdout and "matches torch" in result.stdout
 
 
 def test_custom_epilogue_example(tmp_path):

@@ -95,7 +95,8 @@ class WarmupCall:
         else:
             rd = gi = si = None
             rows = x_rows = out_rows = 64
-        x = torch.randn(x_rows, k, device=device).to(v.x.torch_dtype)
+        # (block-scaled fp8 x: bf16, quantized by the call, as a serving process's first layer passes it)
+        x = torch.randn(x_rows, k, device=device).to(torch.bfloat16 if v.x.scaling == "block_f32" else v.x.torch_dtype)
         w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device)
         flex = fields.pop("flex_ctx", FlexCtx())
         ones = torch.ones(1, device=device)
@@ -212,7 +213,8 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
             flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx,
                                    persistent_blocker=persistent_blocker,
                                    mx_scales_n_contiguous=w_mx_layout is not None, x_gathered=variant.gather,
-                                   split_is_free=variant.scatter)
+                                   split_is_free=variant.scatter,
+                                   k_group=variant.w.block_size if variant.w.scales_apply == "k_group" else 0)
             # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
             seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
     return list(seen)
