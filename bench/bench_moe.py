@@ -7,11 +7,12 @@ third_party holds triton_kernels (bench/fetch_peers.py third_party) and third_pa
 kernel with its standalone launcher (../shared/tools/get_vllm_fused_moe.sh third_party/vllm); a peer that is not
 importable is left out of the run with a message.
 
-Shapes: gpt-oss-120b (E=128, top-4, K=2880; w1 N=5760 with gather, w2 N=2880 with scatter and gammas),
-DeepSeek-V3 w1 (E=256, top-8, K=7168, N=4096), T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880.
+Shapes: MOE_SHAPES (gpt-oss-120b w1/w2, DeepSeek-V3 w1/w2, Qwen3-30B-A3B w1/w2, Mixtral-8x7B w1), T in --tokens;
+dense 8192^3, 4096x5760x2880, 64x5760x2880.
 Weights bf16, mxfp4 (ogsgen: the value layout prepare_expert_weights picks for this GPU, hopper on an H200, and
 its N-contiguous scales) and mxfp4-strided (ogsgen's strided layout); mxfp4-kscales (probes) keeps the scales
-K-contiguous; triton_kernels' mxfp4 uses its Hopper swizzled layouts. Peers, measured in
+K-contiguous; triton_kernels' mxfp4 uses its Hopper swizzled layouts; fp8e4m3_b128 and fp8e4m3_channel (opt in with
+--formats: a checkpoint's fp8 weights, x quantized by the call, fp8 cuBLAS as the dense yardstick and ceiling). Peers, measured in
 the same process: triton_kernels' matmul_ogs, vLLM's fused_moe Triton kernel (bf16: w1 as one launch with vLLM's
 default config for the H200, w2 as one launch that weights each row by its gate and a sum over the top-k, the
 expert alignment precomputed as in its TritonExperts path), torch._grouped_mm (bf16, rows pre-sorted) and
