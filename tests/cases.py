@@ -5,7 +5,8 @@ import torch
 
 from ogsgen import (Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig, matmul_ogs,
                     matmul_ogs_torch)
-from ogsgen.numerics import actual_scale_torch, dequantize_mx_torch, quantize_mx, swizzle_mx_values
+from ogsgen.numerics import (FP8_BLOCK, actual_scale_torch, dequantize_fp8_torch, dequantize_mx_torch, quantize_fp8_torch,
+                             quantize_mx, swizzle_mx_values)
 from ogsgen.spec import KernelVariant
 from ogsgen.testing import assert_close
 
@@ -42,7 +43,12 @@ class Operands:
                  scales_n_contiguous=False):
         self.variant, self.pc_fields = variant, {}
         flex = {}
-        if variant.x.scaling == "flexpoint":
+        if variant.x.scaling == "block_f32":
+            # bf16 x, which the call quantizes as its format says: the reference takes it as the call computes it
+            self.x = _operand(x_shape, torch.bfloat16, device, x_transposed)
+            block = (1, FP8_BLOCK) if variant.x.block_size else (1, 0)
+            self.x_ref = dequantize_fp8_torch(*quantize_fp8_torch(self.x.float(), block), block)
+        elif variant.x.scaling == "flexpoint":
             self.x = exact_fp8(x_shape, variant.x.torch_dtype, device)
             x_scale = torch.tensor([1.25], device=device)
             flex["lhs_data"] = InFlexData(scale=x_scale)
@@ -57,6 +63,11 @@ class Operands:
             w_scale = 1.0 + torch.arange(lead[0] if lead else 1, device=device).float() / 4
             flex["rhs_data"] = InFlexData(scale=w_scale)
             self.w_ref = self.w.float() * (w_scale.view(-1, 1, 1) if lead else w_scale)
+        elif variant.w.scaling == "block_f32":
+            # float32 scales per 128 x 128 block of (K, N), or per column (N-contiguous w here)
+            block = (FP8_BLOCK, FP8_BLOCK) if variant.w.block_size else (0, 1)
+            self.w, self.pc_fields["weight_scale"] = quantize_fp8_torch(torch.randn(w_shape, device=device), block)
+            self.w_ref = dequantize_fp8_torch(self.w, self.pc_fields["weight_scale"], block)
         elif variant.w.scaling == "block_e8m0":
             dense = torch.randn(w_shape, device=device)
             values, scales = quantize_mx(dense.mT.contiguous(), variant.w.element, axis=-1)

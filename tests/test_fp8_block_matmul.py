@@ -121,7 +121,7 @@ def test_errors(device):
     w, scales = b128.w[0], b128.weight_scale[0]
     with pytest.raises(ogsgen.SpecError, match=r"weight_scale for w of shape \(256, 64\) .* got \(3, 1\)"):
         matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales[:, :1].repeat(3, 1)[:3]))
-    with pytest.raises(ogsgen.SpecError, match=r"w must be torch.float8_e4m3fn, got torch.bfloat16"):
+    with pytest.raises(ogsgen.SpecError, match=r"w must be uint8 .* or e4m3 with float32 scales.*got torch.bfloat16"):
         matmul_ogs(x, w.bfloat16(), None, precision_config=PrecisionConfig(weight_scale=scales))
     with pytest.raises(ogsgen.SpecError, match=r"x is e4m3 but precision_config.act_scale is None"):
         matmul_ogs(x.to(torch.float8_e4m3fn), w, None, precision_config=PrecisionConfig(weight_scale=scales))
@@ -130,6 +130,8 @@ def test_errors(device):
                    precision_config=PrecisionConfig(weight_scale=scales, act_scale=torch.ones(4, 1, device=device)))
     with pytest.raises(ogsgen.SpecError, match=r"act_scale is the scale of an e4m3 x, but x is torch.bfloat16"):
         matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales, act_scale=torch.ones(4, 2)))
+    with pytest.raises(ogsgen.SpecError, match=r"act_scale of float32 .* need their float32 precision_config"):
+        matmul_ogs(x.to(torch.float8_e4m3fn), w, None, precision_config=PrecisionConfig(act_scale=torch.ones(4, 2)))
     with pytest.raises(ogsgen.SpecError, match=r"take 2-D x .* flatten the batch"):
         matmul_ogs(x[None], b128.w, None, precision_config=b128.precision_config())
     with pytest.raises(ogsgen.InapplicableConstraintError, match=r"block_k=256: fp8 block scales cover 128 rows"):

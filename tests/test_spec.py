@@ -8,7 +8,7 @@ import pytest
 
 import ogsgen
 from ogsgen.errors import SpecError, UnsupportedError
-from ogsgen.spec import (BF16, FP16, FP32, FP8_E4M3, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, FnSpecs, KernelVariant, NumericFormat,
+from ogsgen.spec import (BF16, FP16, FP32, FP8_E4M3, FP8_E4M3_B128, FP8_E4M3_CHANNEL, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, FnSpecs, KernelVariant, NumericFormat,
                          canonical_name, companions, format_named, topk_plan, topk_split_k_plan,
                          variant_product)
 from ogsgen.spec.catalog import Catalog, _expand, default_catalog
@@ -91,8 +91,18 @@ def test_formats_express_fp8_and_mx():
         NumericFormat("e2m1")
     with pytest.raises(SpecError, match="flexpoint scaling applies to fp8"):
         NumericFormat("bf16", "flexpoint")
-    with pytest.raises(SpecError, match="block_size is set exactly when"):
+    with pytest.raises(SpecError, match="'block_e8m0' scaling needs a block_size"):
         NumericFormat("e4m3", "block_e8m0")
+    with pytest.raises(SpecError, match="block_size applies to 'block_e8m0' and 'block_f32' scaling, not 'flexpoint'"):
+        NumericFormat("e4m3", "flexpoint", 32)
+    with pytest.raises(SpecError, match="'block_f32' scales take block_size 128 .* or 0 .* got 32"):
+        NumericFormat("e4m3", "block_f32", 32)
+    with pytest.raises(SpecError, match="block_f32 scaling applies to fp8 elements, not bf16"):
+        NumericFormat("bf16", "block_f32", 128)
+    assert FP8_E4M3_B128.name == "fp8e4m3_b128" and FP8_E4M3_CHANNEL.name == "fp8e4m3_channel"
+    assert format_named("fp8e4m3_b128") is FP8_E4M3_B128
+    assert [f.scales_apply for f in (BF16, FP8_E4M3, MXFP4, FP8_E4M3_B128, FP8_E4M3_CHANNEL)] == \
+        ["none", "epilogue", "operand", "k_group", "epilogue"]
 
 
 def test_variants_the_spec_expresses_but_no_template_renders_yet():

@@ -208,7 +208,12 @@ def reject_unsupported(pc: PrecisionConfig):
     for name, used in unsupported.items():
         if used:
             raise UnsupportedError(f"{name} is not supported by this ogsgen build yet; leave it None")
-    if pc.act_scale is not None and getattr(pc.act_scale, "dtype", None) != torch.float32:
+    if pc.act_scale is not None and getattr(pc.act_scale, "dtype", None) == torch.float32:
+        if getattr(pc.weight_scale, "dtype", None) != torch.float32:
+            raise SpecError("precision_config.act_scale of float32 is the scale of an e4m3 x for fp8e4m3_b128 or "
+                            "fp8e4m3_channel weights, which need their float32 precision_config.weight_scale as well "
+                            "(ogsgen.prepare_expert_weights(..., format='fp8e4m3_b128').precision_config())")
+    elif pc.act_scale is not None:
         if pc.weight_scale is None:
             raise SpecError("precision_config.act_scale makes x mxfp8, which needs mx weights "
                             "(precision_config.weight_scale) as well")
@@ -255,7 +260,8 @@ def operand_formats(x, w, pc: PrecisionConfig):
             raise SpecError("w holds swizzled mxfp4 values but precision_config.weight_scale is None; pass their "
                             "e8m0 scales")
         w, w_fmt, k = _unwrap_swizzled(w, x)
-    elif pc.weight_scale is not None and getattr(pc.weight_scale, "dtype", None) == torch.float32:
+    elif pc.weight_scale is not None and w.dtype == torch.float8_e4m3fn and \
+            getattr(pc.weight_scale, "dtype", None) == torch.float32:
         w_fmt = _block_f32_weight_format(w, pc.weight_scale)
         x_fmt = _block_f32_activation_format(x, pc.act_scale, w_fmt)
     elif pc.weight_scale is not None:
@@ -265,7 +271,8 @@ def operand_formats(x, w, pc: PrecisionConfig):
             w_fmt = MX_FP8_BY_DTYPE[w.dtype]
         else:
             raise SpecError(f"precision_config.weight_scale makes w an mx tensor: w must be uint8 (packed mxfp4, "
-                            f"two values per byte along K) or float8, got {w.dtype}")
+                            f"two values per byte along K) or float8 (mxfp8 with uint8 scales, or e4m3 with float32 "
+                            f"scales: fp8e4m3_b128, fp8e4m3_channel), got {w.dtype}")
     elif w.dtype in FLEX_BY_DTYPE:
         w_fmt = FLEX_BY_DTYPE[w.dtype]
     elif w.dtype == torch.uint8:
@@ -294,12 +301,10 @@ def operand_formats(x, w, pc: PrecisionConfig):
 
 def _block_f32_weight_format(w, scale):
     """fp8e4m3_b128 or fp8e4m3_channel: e4m3 w with float32 weight scales, told apart by the scales' shape."""
-    if w.dtype != torch.float8_e4m3fn:
-        raise SpecError(f"precision_config.weight_scale of float32 makes w block-scaled fp8: w must be "
-                        f"torch.float8_e4m3fn, got {w.dtype}")
     k, n = w.shape[-2:]
     blocks = (-(-k // FP8_BLOCK), -(-n // FP8_BLOCK))
-    expected = {(1, n): FP8_E4M3_CHANNEL, blocks: FP8_E4M3_B128, (blocks[0], n): FP8_E4M3_B128}
+    # (with K <= 128, one scale per column is both: the channel kernel, which scales once after the K loop)
+    expected = {blocks: FP8_E4M3_B128, (blocks[0], n): FP8_E4M3_B128, (1, n): FP8_E4M3_CHANNEL}
     batch = tuple(w.shape[:-2])
     if scale.ndim != w.ndim or tuple(scale.shape[:-2]) != batch or tuple(scale.shape[-2:]) not in expected:
         raise SpecError(f"precision_config.weight_scale for w of shape {tuple(w.shape)} (K={k}, N={n}) must be "
