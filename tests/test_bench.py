@@ -138,3 +138,26 @@ def test_the_training_bench_counts_each_product_once():
     assert bench_train.layer_flops(tokens, k, width, n1) == 9 * rows * width * n1
     with pytest.raises(ImpossibleRate, match="728.0 TF/s"):
         CEILINGS.check("gpt-oss-120b T=8192 ogsgen", tflops=728.0)
+
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+SCRIPTS = sorted(p.relative_to(BENCH).as_posix() for p in [*BENCH.glob("*.py"), *BENCH.glob("probes/*.py")])
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_benchmark_and_probe_imports_and_answers_help(script, monkeypatch, capsys):
+    """Every script under bench/ imports without a GPU, and one run as a command prints its usage for --help."""
+    import importlib.util
+    path = BENCH / script
+    spec = importlib.util.spec_from_file_location(f"bench_smoke_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # (dataclasses look their module up)
+    monkeypatch.delenv("TRITON_INTERPRET")  # as run from a shell: offline_sm90_check.py refuses the interpreter
+    monkeypatch.syspath_prepend(str(path.parent))  # as run as a script: its folder first on the path
+    spec.loader.exec_module(module)
+    if 'if __name__ == "__main__":' not in path.read_text():
+        return  # a helper module of the benches (ceilings.py)
+    monkeypatch.setattr(sys, "argv", [str(path), "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        module.main()
+    assert exit_.value.code == 0 and "usage:" in capsys.readouterr().out
