@@ -77,7 +77,7 @@ GRAPH_ROUNDS, GRAPH_REP_MS = 3, 40
 def graph_medians(fns) -> list:
     """CUDA-graph medians (ms) of one case's implementations, timed in turn for GRAPH_ROUNDS rounds of
     GRAPH_REP_MS each, each the median of its rounds (an exception for one that fails). Large cases run at the
-    GPU's power limit, with clocks that drift as it warms (bench/results/2026-12-02b-probes): taking turns
+    GPU's power limit, with clocks that drift as it warms (2026-12-02, 43f4ed6; bench/NOTES.md): taking turns
     spreads the drift over the implementations instead of charging it to whichever runs last."""
     times = [[] for _ in fns]
     for _ in range(GRAPH_ROUNDS):

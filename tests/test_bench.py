@@ -146,3 +146,26 @@ def test_fp8_products_are_held_to_the_fp8_ceiling():
         CEILINGS.check("DeepSeek-V3 w1 fp8e4m3_b128 T=8192 ogsgen", tflops=1300.0, fp8=True)
     with pytest.raises(ImpossibleRate, match="bf16"):
         CEILINGS.check("a bf16 case", tflops=900.0)
+
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+SCRIPTS = sorted(p.relative_to(BENCH).as_posix() for p in [*BENCH.glob("*.py"), *BENCH.glob("probes/*.py")])
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_benchmark_and_probe_imports_and_answers_help(script, monkeypatch, capsys):
+    """Every script under bench/ imports without a GPU, and one run as a command prints its usage for --help."""
+    import importlib.util
+    path = BENCH / script
+    spec = importlib.util.spec_from_file_location(f"bench_smoke_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # (dataclasses look their module up)
+    monkeypatch.delenv("TRITON_INTERPRET")  # as run from a shell: offline_sm90_check.py refuses the interpreter
+    monkeypatch.syspath_prepend(str(path.parent))  # as run as a script: its folder first on the path
+    spec.loader.exec_module(module)
+    if 'if __name__ == "__main__":' not in path.read_text():
+        return  # a helper module of the benches (ceilings.py)
+    monkeypatch.setattr(sys, "argv", [str(path), "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        module.main()
+    assert exit_.value.code == 0 and "usage:" in capsys.readouterr().out

@@ -6,7 +6,7 @@ parts: the call's signature, the plan replayed on its tensors; the checked path 
 (plans cleared before each call); its first launch alone, as the plan launches it and through Triton's
 launcher; Triton's ``kernel[grid](**args)`` with the same arguments; and cProfiles of whole calls. The w2 case
 runs again on the persistent TMA kernel, whose launches take TMA descriptors; gpt-oss w1 T=2048 takes it by the
-heuristic, after a copy of x's rows. Writes ``host_overhead.txt`` under --out.
+heuristic, gathering x's rows in the kernel. Writes ``host_overhead.txt`` under --out.
 
     PYTHONPATH=.:third_party python bench/probes/host_overhead.py --out DIR
 """
@@ -105,7 +105,7 @@ def main():
     # A prefill-sized call: the persistent kernel, x's rows copied into expert order first (a step of its plan).
     rd_prefill, gi_prefill, _ = ogsgen.routing(torch.randn(2048, n_expts, device="cuda"), top_k)
     x_prefill = torch.randn(2048, k, device="cuda").bfloat16()
-    lines += parts("gpt-oss w1 T=2048 (gather; persistent, x's rows copied first)", x_prefill, w1, rd_prefill,
+    lines += parts("gpt-oss w1 T=2048 (gather; persistent)", x_prefill, w1, rd_prefill,
                    gather_indx=gi_prefill)
     with ogsgen.opt_flags_constraints(**PERSISTENT_DECODE):
         lines += parts("gpt-oss w2 T=1 (scatter, k=4), the persistent TMA kernel", x_sorted, w2, rd,

@@ -9,7 +9,7 @@ instance's first launches).
         [--formats bf16-kmajor bf16] [--promoted-first]
 
 Writes DIR/l2_promotion.csv: case, encoding, µs (CUDA-graph median), TB/s, and each instance's relative rms error
-against its own float32 reference. (Its first form, in calls T-V of bench/results/2026-12-03r-l2, patched Triton's
+against its own float32 reference. (Its first form, on 2026-12-03 at 3adb697, patched Triton's
 driver.c to encode every descriptor at another promotion.)
 """
 from __future__ import annotations

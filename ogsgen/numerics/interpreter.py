@@ -24,7 +24,8 @@ Python scalar fails or gives NaN; a function to be tested on the CPU should comp
 
 ogsgen installs the corrections before its first interpreted launch (``OGSGEN_INTERPRETER_FIXES=0`` keeps the
 interpreter as it is, with a warning when a kernel of a format it gets wrong runs); ``ogsgen.testing``'s pytest
-plugin installs them when a session starts under the interpreter, so that a user's own kernels are corrected too.
+plugin installs them when a pytest session starts under the interpreter, so that a user's own kernels are
+corrected too.
 
 The interpreter is not thread-safe either: a launch keeps its state in module globals (the patched
 ``triton.language`` functions, the program id), so launches from several threads fail or compute wrong values.

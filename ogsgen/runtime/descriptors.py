@@ -38,8 +38,8 @@ def ragged_rows_descriptor(t: torch.Tensor, block_rows: int, block_cols: int) ->
 # L2 promotion (CUtensorMapL2promotion): how many bytes L2 fetches from memory around each row a TMA load reads.
 # Triton encodes 128 for every descriptor. A K-contiguous w's tile rows are 128 bytes (64 16-bit values along K)
 # and the next K step reads the next 128 bytes of the same rows; fetched 256 bytes at a time they are in L2 when
-# that step asks: K-contiguous prefill 2-6% faster at T=2048, 0-2% from N-contiguous W (bench/results/
-# 2026-12-03r-l2).
+# that step asks: K-contiguous prefill 2-6% faster at T=2048, 0-2% from N-contiguous W (2026-12-03, 02ec25d;
+# docs/performance.md).
 _L2_PROMOTION_128B, _L2_PROMOTION_256B = 2, 3
 _TENSOR_MAP_OFFSET = 128  # of the CUtensorMap in Triton 3.6's PyCUtensorMap object: PyObject_HEAD, then 128-aligned
 _TENSOR_MAP_BYTES = 128
