@@ -23,7 +23,8 @@ def _element(dtype, name: str) -> str:
     return _ELEMENT[dtype]
 
 
-def downcast_to_mxfp(src_tensor, out_quant_type, axis, DEQUANT_SCALE_ROUNDING_MODE=DequantScaleRoundingMode.ROUND_UP):  # noqa: N803 (triton_kernels' name)
+def downcast_to_mxfp(src_tensor, out_quant_type, axis,
+                     DEQUANT_SCALE_ROUNDING_MODE=DequantScaleRoundingMode.ROUND_UP):  # noqa: N803 (triton_kernels')
     """(values, scales) of ``src_tensor`` quantized along ``axis``: ``ogsgen.numerics.quantize_mx`` with
     ``rounding="up"`` (each block's scale the smallest power of two for which none of its values saturates); the
     quantized axis is contiguous in both results, as there."""

@@ -22,7 +22,7 @@ from ..moe.metadata import RaggedTensorMetadata as _RaggedTensorMetadata
 from ..moe.metadata import make_ragged_tensor_metadata as _make_ragged_tensor_metadata
 from ..moe import select_experts
 from ..types import RoutingData as _RoutingData
-from ._tensor import Bitmatrix, Tensor, plain_operand
+from ._tensor import Bitmatrix, plain_operand
 
 _WORD = 32  # a Bitmatrix word's bits: experts per word
 
@@ -182,5 +182,5 @@ def routing_from_bitmatrix(bitmatrix, expt_scal, expt_indx, n_expts_tot, n_expts
     return routing_from_topk(expt_indx, expt_scal, n_expts_tot)
 
 
-__all__ = ["Bitmatrix", "BitmatrixMetadata", "RaggedTensorMetadata", "RoutingData", "SparseMatrix", "Tensor",
+__all__ = ["Bitmatrix", "BitmatrixMetadata", "RaggedTensorMetadata", "RoutingData", "SparseMatrix",
            "make_ragged_tensor_metadata", "routing_from_bitmatrix", "topk"]
