@@ -61,6 +61,38 @@ def swizzle_mxfp4(prefix, quant_tensor, scale, num_warps=4):
     return quant_tensor, numerics.InFlexData(), scale
 
 
+def vllm_prepare(prefix, t):
+    """vLLM's Mxfp4MoEMethod.process_weights_after_loading for the Triton backend: (w13, w2, its quant config's
+    precisions and biases)."""
+    (mo,) = library(prefix, "matmul_ogs")
+    w13, w13_flex, w13_scale = swizzle_mxfp4(prefix, t["w13"], t["w13_scale"])
+    w2, w2_flex, w2_scale = swizzle_mxfp4(prefix, t["w2"], t["w2_scale"])
+    return w13, w2, {"w1_precision": mo.PrecisionConfig(weight_scale=w13_scale, flex_ctx=mo.FlexCtx(rhs_data=w13_flex)),
+                     "w2_precision": mo.PrecisionConfig(weight_scale=w2_scale, flex_ctx=mo.FlexCtx(rhs_data=w2_flex)),
+                     "w1_bias": t["w13_bias"], "w2_bias": t["w2_bias"]}
+
+
+def vllm_fused_experts(prefix, hidden_states, w1, w2, routing_data, gather_indx, scatter_indx, topk, quant):
+    """vLLM's triton_kernel_fused_experts: SwiGLU fused into the first matmul, written into 3-D buffers; the
+    activation's reduction_n in FnSpecs where the library has SparseMatrix (>= 3.6), in FusedActivation before."""
+    mo, swiglu, tensor = library(prefix, "matmul_ogs", "swiglu", "tensor")
+    M, K = hidden_states.shape
+    E, _, N = w1.shape
+    intermediate_cache = torch.empty((1, M * topk, N // 2), device=hidden_states.device, dtype=hidden_states.dtype)
+    output_tensor = torch.empty((1, M, K), device=hidden_states.device, dtype=hidden_states.dtype)
+    if hasattr(tensor, "SparseMatrix"):
+        act = mo.FusedActivation(mo.FnSpecs("swiglu", swiglu.swiglu_fn, ("alpha", "limit"), reduction_n=2),
+                                 (ALPHA, LIMIT))
+    else:
+        act = mo.FusedActivation(mo.FnSpecs("swiglu", swiglu.swiglu_fn, ("alpha", "limit")), (ALPHA, LIMIT), 2)
+    mo.matmul_ogs(hidden_states, w1, quant["w1_bias"], routing_data, gather_indx=gather_indx,
+                  precision_config=quant["w1_precision"], gammas=None, fused_activation=act, y=intermediate_cache)
+    mo.matmul_ogs(intermediate_cache.view(M * topk, N // 2), w2, quant["w2_bias"], routing_data,
+                  scatter_indx=scatter_indx, precision_config=quant["w2_precision"], gammas=routing_data.gate_scal,
+                  y=output_tensor)
+    return output_tensor.view(M, K)
+
+
 def pack_bitmatrix(topk_ids, n_experts):
     """vLLM's packing of top-k ids into bitmatrix words (its Triton kernel, in torch): bit e % 32 of word e // 32
     for each expert e of a row, -1 ids left out; uint32 (n_rows, cdiv(n_experts, 32))."""

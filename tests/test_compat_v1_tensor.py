@@ -7,7 +7,8 @@ import torch
 
 import ogsgen
 import ogsgen.compat._tensor as compat_tensor
-from compat_layers import ALPHA, LIMIT, checkpoint_moe, library, pack_bitmatrix, reference_layer, swizzle_mxfp4
+from compat_layers import (ALPHA, LIMIT, checkpoint_moe, library, pack_bitmatrix, reference_layer, vllm_fused_experts,
+                           vllm_prepare)
 from ogsgen.errors import SpecError, SpecTypeError, UnsupportedError
 from ogsgen.numerics import quantize_mx_torch, swizzle_mx_values
 from ogsgen.testing import assert_close
@@ -39,22 +40,6 @@ def vllm_make_routing_data(prefix, topk_ids, topk_weights, num_local_experts):
     return routing.routing_from_bitmatrix(bitmatrix, topk_weights, topk_ids, num_local_experts, topk_ids.shape[1])
 
 
-def vllm_fused_experts(prefix, hidden_states, w1, w2, routing_data, gather_indx, scatter_indx, topk, quant):
-    """vLLM's triton_kernel_fused_experts: SwiGLU fused into the first matmul, written into 3-D buffers."""
-    mo, swiglu = library(prefix, "matmul_ogs", "swiglu")
-    M, K = hidden_states.shape
-    E, _, N = w1.shape
-    intermediate_cache = torch.empty((1, M * topk, N // 2), device=hidden_states.device, dtype=hidden_states.dtype)
-    output_tensor = torch.empty((1, M, K), device=hidden_states.device, dtype=hidden_states.dtype)
-    act = mo.FusedActivation(mo.FnSpecs("swiglu", swiglu.swiglu_fn, ("alpha", "limit")), (ALPHA, LIMIT), 2)
-    mo.matmul_ogs(hidden_states, w1, quant["w1_bias"], routing_data, gather_indx=gather_indx,
-                  precision_config=quant["w1_precision"], gammas=None, fused_activation=act, y=intermediate_cache)
-    mo.matmul_ogs(intermediate_cache.view(M * topk, N // 2), w2, quant["w2_bias"], routing_data,
-                  scatter_indx=scatter_indx, precision_config=quant["w2_precision"], gammas=routing_data.gate_scal,
-                  y=output_tensor)
-    return output_tensor.view(M, K)
-
-
 def vllm_moe_forward(prefix, hidden_states, w1, w2, gating_output, topk, quant, expert_map=None):
     """vLLM's triton_kernel_moe_forward (renormalize=True): the fused routing() without an expert map, topk ->
     make_routing_data with one."""
@@ -69,21 +54,11 @@ def vllm_moe_forward(prefix, hidden_states, w1, w2, gating_output, topk, quant, 
     return vllm_fused_experts(prefix, hidden_states, w1, w2, routing_data, gather_idx, scatter_idx, topk, quant)
 
 
-def vllm_prepare(prefix, t):
-    """vLLM's Mxfp4MoEMethod.process_weights_after_loading for the Triton backend."""
-    mo, opt_flags = library(prefix, "matmul_ogs", "matmul_ogs_details.opt_flags")
-    w13, w13_flex, w13_scale = swizzle_mxfp4(prefix, t["w13"], t["w13_scale"])
-    w2, w2_flex, w2_scale = swizzle_mxfp4(prefix, t["w2"], t["w2_scale"])
-    quant = {"w1_precision": mo.PrecisionConfig(weight_scale=w13_scale, flex_ctx=mo.FlexCtx(rhs_data=w13_flex)),
-             "w2_precision": mo.PrecisionConfig(weight_scale=w2_scale, flex_ctx=mo.FlexCtx(rhs_data=w2_flex)),
-             "w1_bias": t["w13_bias"], "w2_bias": t["w2_bias"]}
-    return w13, w2, quant, opt_flags
-
-
 @pytest.mark.parametrize("routing_path", ["fused_routing", "expert_map"])
 def test_vllm_gpt_oss_mxfp4_path(routing_path, default_layout, device):
     t = checkpoint_moe(device)
-    w13, w2, quant, opt_flags = vllm_prepare(OURS, t)
+    w13, w2, quant = vllm_prepare(OURS, t)
+    (opt_flags,) = library(OURS, "matmul_ogs_details.opt_flags")
     layouts = (compat_tensor.HopperMXValueLayout, compat_tensor.HopperMXScaleLayout) if default_layout == "hopper" \
         else (compat_tensor.StridedLayout, compat_tensor.StridedLayout)
     assert isinstance(w13.storage.layout, layouts[0])
@@ -105,7 +80,7 @@ def test_vllm_expert_parallel_map_drops_other_ranks_experts(device):
     t = checkpoint_moe(device)
     local = {name: t[name][2:] for name in ("w13", "w13_scale", "w13_bias", "w2", "w2_scale", "w2_bias", "w13_ref",
                                              "w2_ref")}
-    w13, w2, quant, _ = vllm_prepare(OURS, {**t, **local})
+    w13, w2, quant = vllm_prepare(OURS, {**t, **local})
     gating_output = (t["x"] @ t["wg"]).float() + t["bg"]
     expert_map = torch.tensor([-1, -1, 0, 1], device=device)
     out = vllm_moe_forward(OURS, t["x"], w13, w2, gating_output, 2, quant, expert_map)
@@ -121,7 +96,7 @@ def test_vllm_unfused_experts(default_layout, device):
     then the top-k sum."""
     mo, = library(OURS, "matmul_ogs")
     t = checkpoint_moe(device)
-    w13, w2, quant, _ = vllm_prepare(OURS, t)
+    w13, w2, quant = vllm_prepare(OURS, t)
     gating_output = (t["x"] @ t["wg"]).float() + t["bg"]
     routing_data, gather_indx, scatter_indx = ogsgen.compat.triton_kernels.routing.routing(gating_output, 2)
     M, K = t["x"].shape
@@ -269,7 +244,7 @@ def test_vllm_mxfp4_path_on_triton_kernels_and_ogsgen():
     gating_output = (t["x"] @ t["wg"]).float() + t["bg"]
     outputs = {}
     for prefix in ("triton_kernels", OURS):
-        w13, w2, quant, _ = vllm_prepare(prefix, t)
+        w13, w2, quant = vllm_prepare(prefix, t)
         outputs[prefix] = vllm_moe_forward(prefix, t["x"], w13, w2, gating_output, 4, quant)
     reference = reference_layer(t, ogsgen.routing(gating_output, 4))
     assert_close(reference, outputs["triton_kernels"].float(), maxtol=3e-2, what="triton_kernels")

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import ogsgen
-from compat_layers import ALPHA, LIMIT, checkpoint_moe, library, pack_bitmatrix, reference_layer, swizzle_mxfp4
+from compat_layers import (ALPHA, LIMIT, checkpoint_moe, library, pack_bitmatrix, reference_layer, vllm_fused_experts,
+                           vllm_prepare)
 from ogsgen.errors import SpecError, UnsupportedError
 from ogsgen.testing import assert_close
 
@@ -23,6 +24,20 @@ def gate_weights_routing(gating_output, top_k, dtype=torch.bfloat16):
 
 # ------------------------------------------------------------------ SGLang
 
+def routing_from_sparse(prefix, sparse_logits, n_expts_tot, n_expts_act, histogram):
+    """The routing both callers build from a SparseMatrix on 3.6 (SGLang's shim passes the metadata's
+    ``slice_sizes`` as the histogram, vLLM its ``block_sizes``)."""
+    mo, tensor = library(prefix, "matmul_ogs", "tensor")
+    dispatch_indx = sparse_logits.mask_metadata.row_sorted_indx
+    combine_indx = sparse_logits.mask_metadata.col_sorted_indx
+    ragged_batch_metadata = tensor.make_ragged_tensor_metadata(sparse_logits.mask_metadata.col_sum,
+                                                               dispatch_indx.shape[0])
+    gate_scal = sparse_logits.vals.flatten()[combine_indx]
+    routing_data = mo.RoutingData(gate_scal, getattr(ragged_batch_metadata, histogram), n_expts_tot, n_expts_act,
+                                  ragged_batch_metadata)
+    return routing_data, mo.GatherIndx(combine_indx, dispatch_indx), mo.ScatterIndx(dispatch_indx, combine_indx)
+
+
 def sglang_routing(prefix):
     """SGLang's triton_kernels_compat.routing: triton_kernels.routing's where that module exists (<= 3.5), else
     rebuilt on 3.6's topk -> SparseMatrix -> make_ragged_tensor_metadata (the orders named as in 3.6)."""
@@ -30,18 +45,11 @@ def sglang_routing(prefix):
         return importlib.import_module(f"{prefix}.routing").routing
     except ImportError:
         pass
-    mo, topk_module, tensor = library(prefix, "matmul_ogs", "topk", "tensor")
+    topk_module, tensor = library(prefix, "topk", "tensor")
 
     def routing_from_bitmatrix(bitmatrix, expt_scal, expt_indx, n_expts_tot, n_expts_act):
         sparse_logits = tensor.SparseMatrix(indx=expt_indx, vals=expt_scal, mask=bitmatrix)
-        dispatch_indx = sparse_logits.mask_metadata.row_sorted_indx
-        combine_indx = sparse_logits.mask_metadata.col_sorted_indx
-        ragged_batch_metadata = tensor.make_ragged_tensor_metadata(sparse_logits.mask_metadata.col_sum,
-                                                                   dispatch_indx.shape[0])
-        gate_scal = sparse_logits.vals.flatten()[combine_indx]
-        routing_data = mo.RoutingData(gate_scal, ragged_batch_metadata.slice_sizes, n_expts_tot, n_expts_act,
-                                      ragged_batch_metadata)
-        return routing_data, mo.GatherIndx(combine_indx, dispatch_indx), mo.ScatterIndx(dispatch_indx, combine_indx)
+        return routing_from_sparse(prefix, sparse_logits, n_expts_tot, n_expts_act, "slice_sizes")
 
     def routing(logits, n_expts_act, sm_first=False, expt_indx=None, n_rows=None):
         if sm_first:
@@ -112,11 +120,8 @@ def test_sglang_shim_and_bf16_moe(device):
 
 def test_sglang_gpt_oss_mxfp4_moe_with_bias(device):
     t = checkpoint_moe(device)
-    mo, = library(OURS, "matmul_ogs")
-    w13, w13_flex, w13_scale = swizzle_mxfp4(OURS, t["w13"], t["w13_scale"])
-    w2, w2_flex, w2_scale = swizzle_mxfp4(OURS, t["w2"], t["w2_scale"])
-    w1_pcg = mo.PrecisionConfig(weight_scale=w13_scale, flex_ctx=mo.FlexCtx(rhs_data=w13_flex))
-    w2_pcg = mo.PrecisionConfig(weight_scale=w2_scale, flex_ctx=mo.FlexCtx(rhs_data=w2_flex))
+    w13, w2, quant = vllm_prepare(OURS, t)  # SGLang's mxfp4 loading swizzles as vLLM's does
+    w1_pcg, w2_pcg = quant["w1_precision"], quant["w2_precision"]
     router_logits = (t["x"] @ t["wg"]).float() + t["bg"]
     routing = sglang_routing(OURS)(router_logits, 2)
     out = sglang_fused_experts_with_bias(OURS, t["x"], w13, w1_pcg, t["w13_bias"], w2, w2_pcg, t["w2_bias"],
@@ -129,7 +134,7 @@ def test_sglang_gpt_oss_mxfp4_moe_with_bias(device):
 def vllm_make_routing_data(prefix, topk_ids, topk_weights, num_local_experts):
     """vLLM's make_routing_data on triton_kernels >= 3.6: a packed Bitmatrix(dtype=BIT), a SparseMatrix and its
     metadata; the histogram passed as the metadata's ``block_sizes``, as vLLM does."""
-    mo, tensor = library(prefix, "matmul_ogs", "tensor")
+    (tensor,) = library(prefix, "tensor")
     topk_ids, topk_weights = topk_ids.to(torch.int16), topk_weights.to(torch.bfloat16)
     n_rows, num_topk = topk_ids.size()
     words = pack_bitmatrix(topk_ids, num_local_experts)
@@ -137,45 +142,18 @@ def vllm_make_routing_data(prefix, topk_ids, topk_weights, num_local_experts):
                                  shape_max=[n_rows, None])
     topk_weights = torch.where(topk_ids == -1, -1.0, topk_weights)
     sparse_logits = tensor.SparseMatrix(indx=topk_ids, vals=topk_weights, mask=bitmatrix)
-    dispatch_indx = sparse_logits.mask_metadata.row_sorted_indx
-    combine_indx = sparse_logits.mask_metadata.col_sorted_indx
-    ragged_batch_metadata = tensor.make_ragged_tensor_metadata(sparse_logits.mask_metadata.col_sum,
-                                                               dispatch_indx.shape[0])
-    gate_scal = sparse_logits.vals.flatten()[combine_indx]
-    routing_data = mo.RoutingData(gate_scal, ragged_batch_metadata.block_sizes, num_local_experts, num_topk,
-                                  ragged_batch_metadata)
-    return routing_data, mo.GatherIndx(combine_indx, dispatch_indx), mo.ScatterIndx(dispatch_indx, combine_indx)
+    return routing_from_sparse(prefix, sparse_logits, num_local_experts, num_topk, "block_sizes")
 
 
 def vllm_moe_forward(prefix, hidden_states, w1, w2, gating_output, topk, quant):
     """vLLM's triton_kernel_moe_forward on 3.6 (renormalize=True): topk's SparseMatrix, make_routing_data, and
-    triton_kernel_fused_experts with FnSpecs(..., reduction_n=2)."""
-    topk_module, mo, swiglu = library(prefix, "topk", "matmul_ogs", "swiglu")
+    triton_kernel_fused_experts."""
+    (topk_module,) = library(prefix, "topk")
     topk_result = topk_module.topk(gating_output, topk, apply_softmax=True)
     topk_ids = topk_result.indx.to(torch.long)
     routing_data, gather_indx, scatter_indx = vllm_make_routing_data(prefix, topk_ids, topk_result.vals,
                                                                      gating_output.shape[-1])
-    M, K = hidden_states.shape
-    N = w1.shape[-1]
-    intermediate_cache = torch.empty((1, M * topk, N // 2), device=hidden_states.device, dtype=hidden_states.dtype)
-    output_tensor = torch.empty((1, M, K), device=hidden_states.device, dtype=hidden_states.dtype)
-    act = mo.FusedActivation(mo.FnSpecs("swiglu", swiglu.swiglu_fn, ("alpha", "limit"), reduction_n=2),
-                             (ALPHA, LIMIT))
-    mo.matmul_ogs(hidden_states, w1, quant["w1_bias"], routing_data, gather_indx=gather_indx,
-                  precision_config=quant["w1_precision"], gammas=None, fused_activation=act, y=intermediate_cache)
-    mo.matmul_ogs(intermediate_cache.view(M * topk, N // 2), w2, quant["w2_bias"], routing_data,
-                  scatter_indx=scatter_indx, precision_config=quant["w2_precision"], gammas=routing_data.gate_scal,
-                  y=output_tensor)
-    return output_tensor.view(M, K)
-
-
-def vllm_prepare(prefix, t):
-    (mo,) = library(prefix, "matmul_ogs")
-    w13, w13_flex, w13_scale = swizzle_mxfp4(prefix, t["w13"], t["w13_scale"])
-    w2, w2_flex, w2_scale = swizzle_mxfp4(prefix, t["w2"], t["w2_scale"])
-    return w13, w2, {"w1_precision": mo.PrecisionConfig(weight_scale=w13_scale, flex_ctx=mo.FlexCtx(rhs_data=w13_flex)),
-                     "w2_precision": mo.PrecisionConfig(weight_scale=w2_scale, flex_ctx=mo.FlexCtx(rhs_data=w2_flex)),
-                     "w1_bias": t["w13_bias"], "w2_bias": t["w2_bias"]}
+    return vllm_fused_experts(prefix, hidden_states, w1, w2, routing_data, gather_indx, scatter_indx, topk, quant)
 
 
 def test_vllm_v36_gpt_oss_mxfp4_path(device):
