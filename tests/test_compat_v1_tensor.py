@@ -207,6 +207,8 @@ def test_layouts_ogsgen_cannot_read_are_refused(device):
     assert along_n.shape == [2, 64, 64]
     with pytest.raises(UnsupportedError, match="w: ogsgen reads mxfp4 weights .* packed two values a byte along K"):
         mo.matmul_ogs(x, along_n, None, precision_config=pc)
+    with pytest.raises(UnsupportedError, match="convert_layout: tensor: ogsgen reads mxfp4 weights .* along K"):
+        tensor.convert_layout(along_n, layout.HopperMXValueLayout, mx_axis=1)
     swizzled_scales = tensor.Tensor(tensor.Storage(torch.zeros(2, 2, 128, dtype=torch.uint8, device=device),
                                                    layout.HopperMXScaleLayout((2, 2, 64), mx_axis=1)),
                                     shape=[2, 2, 64])

@@ -327,6 +327,8 @@ def convert_layout(tensor, layout, **layout_options) -> Tensor:
     else:
         raise SpecTypeError(f"convert_layout: layout must be a layout class or layout of this package "
                             f"(StridedLayout, HopperMXValueLayout, ...), got {type(layout).__name__}")
+    if isinstance(layout, HopperMXValueLayout):
+        _check_packed_along_k(tensor, strided, "convert_layout: tensor")
     return Tensor(Storage(layout.swizzle_data(strided), layout), dtype=tensor.dtype, shape=list(tensor.shape),
                   shape_max=list(tensor.shape_max))
 
@@ -345,6 +347,17 @@ def _refuse_foreign(value, name: str) -> None:
                             f"torch.Tensor)")
 
 
+def _check_packed_along_k(tensor: Tensor, strided: torch.Tensor, name: str) -> None:
+    """An FP4 tensor's strided values (..., K // 2, N) hold the logical (..., K, N): packed along K, as ogsgen reads
+    mxfp4 (wrap_torch_tensor packs along the dimension of unit stride)."""
+    if bitwidth(tensor.dtype) == 4 and (tensor.ndim < 2 or [*strided.shape[:-2], 2 * strided.shape[-2],
+                                                            strided.shape[-1]] != list(tensor.shape)):
+        raise UnsupportedError(f"{name}: ogsgen reads mxfp4 weights (..., K, N) packed two values a byte along K; "
+                               f"this one stores {tuple(strided.shape)} for logical {tuple(tensor.shape)} (packed "
+                               f"along another dimension): wrap the K-contiguous values, e.g. "
+                               f"wrap_torch_tensor(values.mT.contiguous().mT, dtype=FP4) of values (..., K // 2, N)")
+
+
 def weight_operand(w, name: str = "w"):
     """``w`` as ogsgen's matmul takes it: a torch tensor (mxfp4: uint8 (..., K // 2, N) packed along K) or
     ``SwizzledMxValues``."""
@@ -358,13 +371,7 @@ def weight_operand(w, name: str = "w"):
     if isinstance(layout, HopperMXValueLayout):
         operand = layout.as_swizzled(data)
     elif isinstance(layout, StridedLayout):
-        if bitwidth(w.dtype) == 4 and (w.ndim < 2 or [*data.shape[:-2], 2 * data.shape[-2], data.shape[-1]]
-                                       != list(w.shape)):
-            raise UnsupportedError(f"{name}: ogsgen reads mxfp4 weights (..., K, N) packed two values a byte along "
-                                   f"K; this one stores {tuple(data.shape)} for logical {tuple(w.shape)} (packed "
-                                   f"along another dimension): wrap the K-contiguous values, e.g. "
-                                   f"wrap_torch_tensor(values.mT.contiguous().mT, dtype=FP4) of values (..., K // 2, "
-                                   f"N)")
+        _check_packed_along_k(w, data, name)
         operand = data
     else:
         raise UnsupportedError(f"{name} is stored in {type(layout).__name__}, which ogsgen's kernels cannot read; "
