@@ -94,11 +94,11 @@ def test_vllm_unfused_experts(default_layout, device):
     """vLLM's UnfusedOAITritonExperts (the LoRA injection points): the first matmul without its activation, rows
     taken to gate order and activated there, the second matmul with n_expts_act set to 1 (one output row per gate),
     then the top-k sum."""
-    mo, = library(OURS, "matmul_ogs")
+    mo, routing = library(OURS, "matmul_ogs", "routing")
     t = checkpoint_moe(device)
     w13, w2, quant = vllm_prepare(OURS, t)
     gating_output = (t["x"] @ t["wg"]).float() + t["bg"]
-    routing_data, gather_indx, scatter_indx = ogsgen.compat.triton_kernels.routing.routing(gating_output, 2)
+    routing_data, gather_indx, scatter_indx = routing.routing(gating_output, 2)
     M, K = t["x"].shape
     N, topk = w13.shape[-1], 2
     cache1 = torch.empty((1, M * topk, N), device=device, dtype=torch.bfloat16)
@@ -154,7 +154,7 @@ def test_gpt_oss_reference_moe(device):
     assert_close(x.float() @ wg.float() + bg, logits.float(), what="router logits")
     # downcast_to_mxfp is ogsgen's rounding-up quantization, bit for bit
     values, scales = quantize_mx_torch(w1_dense.bfloat16(), "e2m1", axis=1)
-    assert torch.equal(compat_tensor.unswizzle_mx_values(w1.storage.layout.as_swizzled(w1.storage.data)), values)
+    assert torch.equal(ogsgen.unswizzle_mx_values(w1.storage.layout.as_swizzled(w1.storage.data)), values)
     assert torch.equal(w1_mx.storage.data, scales)
     decoded = {"w13_ref": ogsgen.numerics.dequantize_mx_torch(values, scales, "e2m1", axis=1),
                "w2_ref": ogsgen.numerics.dequantize_mx_torch(*quantize_mx_torch(w2_dense.bfloat16(), "e2m1", axis=1),
