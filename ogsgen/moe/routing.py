@@ -116,6 +116,16 @@ def routing(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False, expt
     (``sm_first``: the softmax over all logits, taken before the top-k), float32 whatever the logits' dtype (what
     ``matmul_ogs`` takes as gammas). ``expt_indx`` (n_tokens, k) gives the experts instead of the top-k.
     """
+    expt_indx, scores = select_experts(logits, n_expts_act, sm_first, expt_indx)
+    if not sm_first:
+        scores = torch.softmax(scores, dim=-1)
+    return routing_from_topk(expt_indx, scores, logits.shape[1])
+
+
+def select_experts(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False,
+                   expt_indx: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``routing``'s choice of experts: (expert ids (n_tokens, n_expts_act) int32, sorted by id within each token;
+    their logits as float32, or with ``sm_first`` their entries of the softmax over each whole row of logits)."""
     if not isinstance(logits, torch.Tensor) or logits.ndim != 2:
         raise SpecError("logits must be a (n_tokens, n_expts_tot) tensor")
     if not logits.dtype.is_floating_point:
@@ -144,7 +154,4 @@ def routing(logits: torch.Tensor, n_expts_act: int, sm_first: bool = False, expt
             check_expert_ids(expt_indx, n_expts_tot, "expt_indx", dropped=False)
         scores = scores.gather(1, expt_indx.long())
     expt_indx, order = torch.sort(expt_indx.to(torch.int32), dim=-1, stable=True)
-    scores = scores.gather(1, order)
-    if not sm_first:
-        scores = torch.softmax(scores, dim=-1)
-    return routing_from_topk(expt_indx, scores, n_expts_tot)
+    return expt_indx, scores.gather(1, order)

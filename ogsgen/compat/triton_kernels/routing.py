@@ -1,9 +1,11 @@
-"""``triton_kernels.routing``: top-k routing into ``(RoutingData, GatherIndx, ScatterIndx)``."""
+"""``triton_kernels.routing``: top-k routing into ``(RoutingData, GatherIndx, ScatterIndx)``, from logits
+(``routing``) or from top-k choices and their bitmatrix (``routing_from_bitmatrix``)."""
 from ...errors import UnsupportedError
 from ...moe import routing as _routing
 from ...types import GatherIndx, RoutingData, ScatterIndx
+from .._routing import routing_from_bitmatrix
 
-__all__ = ["GatherIndx", "RoutingData", "ScatterIndx", "routing"]
+__all__ = ["GatherIndx", "RoutingData", "ScatterIndx", "routing", "routing_from_bitmatrix"]
 
 
 def routing(logits, n_expts_act, sm_first=False, expt_indx=None, simulated_ep=1, n_rows=None):

@@ -1,0 +1,1 @@
+"""``triton_kernels.tensor_details``: the layouts (``layout``)."""

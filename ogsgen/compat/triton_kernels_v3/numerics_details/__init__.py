@@ -1,0 +1,1 @@
+"""``triton_kernels.numerics_details``: MX quantization (``mxfp``)."""
