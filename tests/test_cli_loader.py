@@ -1,4 +1,5 @@
 """The CLI (build / list / show, --check, --only, --dry-run), catalogs, and the runtime loader."""
+import fnmatch
 import hashlib
 import importlib
 import json
@@ -89,10 +90,15 @@ def test_misspelt_names_get_suggestions(capsys):
     assert "did you mean ogs_matmul_xbf16_wbf16_ybf16_act_swiglu" in capsys.readouterr().err
 
 
-def test_build_quiet_prints_the_summary_only(tmp_path, capsys):
-    assert main(["build", "--only", "ogs_matmul_xfp16_wfp16_yfp16", "--out", str(tmp_path), "-q"]) == 0
+def test_build_quiet_prints_the_summary_only_and_counts_variants_as_check_does(tmp_path, capsys):
+    only = "ogs_matmul_xfp16_wfp16_yfp16_bias*"
+    n = len([v for v in default_catalog().by_name() if fnmatch.fnmatchcase(v, only)])
+    assert main(["build", "--only", only, "--out", str(tmp_path), "-q"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 and out[0].startswith("ogsgen:default: wrote 2 file(s)"), out
+    assert out == [f"ogsgen:default: {n} variant(s): wrote {n} kernel file(s) and the manifest, 0 unchanged, "
+                   f"0 removed, in {tmp_path}"]
+    assert main(["build", "--check", "--only", only, "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"ogsgen build --check: {tmp_path} is up to date ({n} variant(s))\n"
 
 
 def test_warmup_folder_flag_and_its_old_name():
