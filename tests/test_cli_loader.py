@@ -189,6 +189,13 @@ def test_malformed_catalogs(tmp_path, capsys, content, message):
     assert f"--spec {path}" in err and message in err
 
 
+def test_an_empty_catalog_builds_nothing(tmp_path, capsys):
+    path, out = tmp_path / "empty_catalog.py", tmp_path / "out"
+    path.write_text("VARIANTS = []\n")
+    assert main(["build", "--spec", str(path), "--out", str(out)]) == 2
+    assert "VARIANTS is empty, so there is nothing to build" in capsys.readouterr().err and not out.exists()
+
+
 def test_catalog_must_be_python(tmp_path, capsys):
     path = tmp_path / "catalog.json"
     path.write_text("{}")
