@@ -189,6 +189,13 @@ def test_malformed_catalogs(tmp_path, capsys, content, message):
     assert f"--spec {path}" in err and message in err
 
 
+def test_a_user_catalogs_files_name_the_command_that_rebuilds_them(tmp_path):
+    assert main(["build", "--spec", str(CUSTOM_CATALOG), "--out", str(tmp_path), "-q"]) == 0
+    banner = next(tmp_path.glob("*.py")).read_text().splitlines()[:2]
+    assert banner[1] == (f"# `ogsgen build --spec {CUSTOM_CATALOG.name} --out <this folder>` (your catalog file's path "
+                         f"in --spec).")
+
+
 def test_an_empty_catalog_builds_nothing(tmp_path, capsys):
     path, out = tmp_path / "empty_catalog.py", tmp_path / "out"
     path.write_text("VARIANTS = []\n")
