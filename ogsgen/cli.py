@@ -121,6 +121,9 @@ def _cmd_warmup(args) -> int:
         print(f"failed: {description}: {error}")
     print(f"ogsgen warmup: {report.done - len(report.failures)} of {report.done} launch configurations of "
           f"{len(names)} variants compiled or found in Triton's cache in {report.seconds:.0f} s")
+    if (replaced := report.hazard_replaced):
+        print(f"ogsgen warmup: {replaced} {'binary' if replaced == 1 else 'binaries'} had ptxas's wgmma register "
+              f"hazard; their calls run a clean tile or wait for each wgmma instead (correct; docs/troubleshooting.md)")
     return 1 if report.failures else 0
 
 
