@@ -3,6 +3,7 @@
 The install itself (a fresh environment with only the wheel and its declared dependencies, the README's build
 commands and one matmul) is .ci/fresh_install.sh, which CI runs: it downloads the dependencies, too slow here."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,8 +79,13 @@ def test_build_in_an_installed_package_checks_and_writes_nothing(wheel, tmp_path
     assert stale.returncode == 1 and "reinstall ogsgen" in stale.stdout, stale.stdout
 
 
-def test_build_lock_stays_out_of_git():
+def test_build_lock_and_the_readmes_build_folders_stay_out_of_git():
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
-    ignored = subprocess.run(["git", "check-ignore", "--quiet", f"generated/{LOCK}"], cwd=ROOT).returncode == 0
-    assert ignored, f"add {LOCK} to .gitignore: `ogsgen build` leaves it in generated/"
+    readme = (ROOT / "README.md").read_text()
+    folders = re.findall(r"ogsgen build [^\n]*--out (\S+)", "".join(re.findall(r"```bash\n(.*?)```", readme,
+                                                                             flags=re.S)))
+    assert folders, "the README's commands build into no --out folder"
+    for path in [f"generated/{LOCK}", *(f"{folder}/manifest.json" for folder in folders)]:
+        ignored = subprocess.run(["git", "check-ignore", "--quiet", path], cwd=ROOT).returncode == 0
+        assert ignored, f"add {path} to .gitignore: the README's commands leave it in the checkout"
