@@ -3,9 +3,9 @@
     PYTHONPATH=.:third_party:third_party/vllm python bench/bench_moe.py --out bench/results/DATE
     python bench/bench_moe.py --table-from bench/results/DATE    # table.md again from results.csv (no GPU)
 
-third_party holds triton_kernels (bench/fetch_peers.py third_party) and third_party/vllm vLLM's fused_moe Triton
-kernel with its standalone launcher (../shared/tools/get_vllm_fused_moe.sh third_party/vllm); a peer that is not
-importable is left out of the run with a message.
+`python bench/fetch_peers.py third_party` places triton_kernels in third_party and vLLM's fused_moe Triton kernel
+in third_party/vllm (bench/vllm_peer_launch.py launches it); a peer that is not importable is left out of the run
+with a message.
 
 Shapes: gpt-oss-120b (E=128, top-4, K=2880; w1 N=5760 with gather, w2 N=2880 with scatter and gammas),
 DeepSeek-V3 w1 (E=256, top-8, K=7168, N=4096), T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880.
