@@ -1,9 +1,11 @@
 """The CLI (build / list / show, --check, --only, --dry-run), catalogs, and the runtime loader."""
+import argparse
 import fnmatch
 import hashlib
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +47,15 @@ def _betas_call(device):
 
 
 # ---------------------------------------------------------------- CLI
+
+def test_the_docs_name_only_commands_that_exist():
+    commands, = (action.choices for action in parser()._actions if isinstance(action, argparse._SubParsersAction))
+    text = "\n".join(path.read_text() for path in [HERE.parent / "README.md", *(HERE.parent / "docs").glob("*.md")])
+    named = set(re.findall(r"`ogsgen (\w+)", text))
+    for listing in re.findall(r"ogsgen (\w+(?: \(--\w+\))?(?: / \w+(?: \(--\w+\))?)+)", text):  # "ogsgen a / b"
+        named |= {command.split()[0] for command in listing.split(" / ")}
+    assert {"build", "warmup"} <= named and named <= set(commands), sorted(named - set(commands))
+
 
 def test_build_check_dry_run_only(tmp_path, capsys):
     out = tmp_path / "out"
