@@ -374,6 +374,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_two_processes_racing_on_demand(tmp_path):
     env = {**os.environ, "OGSGEN_ON_DEMAND": "1", "OGSGEN_CACHE_DIR": str(tmp_path),
            "PYTHONPATH": str(HERE.parent)}

@@ -155,10 +155,12 @@ def _run_offline(function: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_hopper_layout_kernel_compiles_for_ampere_and_ada():
     assert _run_offline("compile_errors_before_hopper") == {"80": "compiled", "89": "compiled"}
 
 
+@pytest.mark.slow
 def test_wait_mma_removes_the_hazard_from_a_real_sm90_binary():
     # gpt-oss w1 mxfp4 at its large-batch tile: ptxas 12.8 (Triton 3.6) overwrites A registers in flight (found
     # by the check, and wrong on the H200: bench/probes/mx_tile_check.py); with wait_mma the binary is clean.
@@ -173,6 +175,7 @@ def test_wait_mma_removes_the_hazard_from_a_real_sm90_binary():
     assert WGMMA_WAITS_MARKER in result["unhooked"]
 
 
+@pytest.mark.slow
 def test_ptxas_keeps_the_k_loops_wgmmas_in_flight():
     # ptxas serializes every wgmma of a kernel (each waited for at once: "C7515 Potential Performance Loss") when
     # the accumulator may be set outside a wgmma between them and their last wait. A K loop that might run zero
