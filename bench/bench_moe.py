@@ -3,9 +3,9 @@
     PYTHONPATH=.:third_party:third_party/vllm python bench/bench_moe.py --out bench/results/DATE
     python bench/bench_moe.py --table-from bench/results/DATE    # table.md again from results.csv (no GPU)
 
-third_party holds triton_kernels (bench/fetch_peers.py third_party) and third_party/vllm vLLM's fused_moe Triton
-kernel with its standalone launcher (../shared/tools/get_vllm_fused_moe.sh third_party/vllm); a peer that is not
-importable is left out of the run with a message.
+`python bench/fetch_peers.py third_party` places triton_kernels in third_party and vLLM's fused_moe Triton kernel
+in third_party/vllm (bench/vllm_peer_launch.py launches it); a peer that is not importable is left out of the run
+with a message.
 
 Shapes: MOE_SHAPES (gpt-oss-120b w1/w2, DeepSeek-V3 w1/w2, Qwen3-30B-A3B w1/w2, Mixtral-8x7B w1), T in --tokens;
 dense 8192^3, 4096x5760x2880, 64x5760x2880.

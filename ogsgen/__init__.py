@@ -1,9 +1,14 @@
 """ogsgen: a code-generating kernel specialization compiler for MoE matmul (matmul_ogs).
 
 The public names below load their modules (torch, Triton) on first use, so that ``import ogsgen`` itself, the
-command line's ``--help`` and ``--version`` and the pytest plugin cost no torch import.
+command line's ``--help`` and ``--version`` and the pytest plugin cost no torch import. ogsgen's custom ops
+(``torch.ops.ogsgen.*``) are registered as soon as torch is imported, before or after ogsgen: a program saved by
+``torch.export`` then loads in any process that imports ogsgen.
 """
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 
 from ._version import __version__
 from .errors import (BuildFolderError, CatalogError, InapplicableConstraint, InapplicableConstraintError, OgsgenError,
@@ -47,3 +52,34 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_MODULE_OF))
+
+
+def _register_custom_ops() -> None:
+    importlib.import_module(".ops.custom_ops", __name__)  # (it imports torch only)
+
+
+class _RegisterWithTorch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """An import hook that registers ogsgen's custom ops right after torch's import, once."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)  # (before the search below, which would find this hook again)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            self.torch_loader, spec.loader = spec.loader, self
+        return spec
+
+    def create_module(self, spec):
+        return self.torch_loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__spec__.loader = module.__loader__ = self.torch_loader  # torch's module keeps its own loader
+        self.torch_loader.exec_module(module)
+        _register_custom_ops()
+
+
+if "torch" in sys.modules:
+    _register_custom_ops()
+else:
+    sys.meta_path.insert(0, _RegisterWithTorch())

@@ -15,3 +15,9 @@ def data_dir(name: str) -> Path:
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(f"ogsgen's {name}/ folder is missing next to {_PACKAGE_DIR}; reinstall ogsgen")
+
+
+def installed() -> bool:
+    """Whether this ogsgen is an installed package, whose data folders pip put inside it (and removes by its record
+    of the files it installed), rather than a source checkout (data folders beside the package)."""
+    return data_dir("generated").parent == _PACKAGE_DIR

@@ -37,25 +37,16 @@ def _progress_bar(done: int, total: int, name: str) -> None:
 
 
 def _cmd_build(args) -> int:
-    from ._resources import data_dir
-    from .codegen.build import build, check, select
+    from ._resources import data_dir, installed
+    from .codegen.build import MANIFEST, build
 
     if args.spec and not args.out:
         raise OgsgenError("--spec needs --out DIR: user kernels go to a folder of your own, not into the package")
     catalog = _catalog(args)
     out = Path(args.out) if args.out else data_dir("generated")
-    if args.check:
-        report = check(catalog, out, args.only)
-        for label, names in (("stale", report.stale), ("missing", report.missing), ("extra", report.extra),
-                             ("leftover", report.leftover)):
-            for name in names:
-                print(f"{label}: {out / name}")
-        if not report.ok:
-            print(f"ogsgen build --check: {out} does not match catalog {catalog.name}; run `ogsgen build"
-                  f"{' --spec ' + args.spec if args.spec else ''}{' --out ' + args.out if args.out else ''}`")
-            return 1
-        print(f"ogsgen build --check: {out} is up to date ({len(select(catalog, args.only))} variants)")
-        return 0
+    # An installed ogsgen ships its kernels built, in a folder pip owns: there `ogsgen build` checks them.
+    if args.check or (not args.out and installed()):
+        return _check(args, catalog, out)
     report = build(catalog, out, args.only, dry_run=args.dry_run, progress=_progress)
     verb = "would write" if args.dry_run else "wrote"
     if not args.quiet:
@@ -63,8 +54,34 @@ def _cmd_build(args) -> int:
             print(f"{verb} {out / name}")
         for name in report.removed:
             print(f"{'would remove' if args.dry_run else 'removed'} {out / name}")
-    print(f"{catalog.name}: {verb} {len(report.written)} file(s), {len(report.unchanged)} unchanged, "
-          f"{len(report.removed)} removed, in {out}")
+    kernels = [name for name in report.written if name != MANIFEST]
+    unchanged = [name for name in report.unchanged if name != MANIFEST]
+    manifest = " and the manifest" if MANIFEST in report.written else ""
+    print(f"{catalog.name}: {len(kernels) + len(unchanged)} variant(s): {verb} {len(kernels)} kernel file(s)"
+          f"{manifest}, {len(unchanged)} unchanged, {len(report.removed)} removed, in {out}")
+    return 0
+
+
+def _check(args, catalog, out: Path) -> int:
+    from ._resources import installed
+    from .codegen.build import check, select
+
+    command = "ogsgen build --check" if args.check else "ogsgen build"
+    report = check(catalog, out, args.only)
+    for label, names in (("stale", report.stale), ("missing", report.missing), ("extra", report.extra),
+                         ("leftover", report.leftover)):
+        for name in names:
+            print(f"{label}: {out / name}")
+    if not report.ok:
+        spec, folder = (f" --spec {args.spec}" if args.spec else ""), (f" --out {args.out}" if args.out else "")
+        fix = ("reinstall ogsgen, whose package ships them built" if not args.out and installed() else
+               f"run `ogsgen build{spec}{folder}`")
+        print(f"{command}: {out} does not match catalog {catalog.name}; {fix}")
+        return 1
+    print(f"{command}: {out} is up to date ({len(select(catalog, args.only))} variant(s))")
+    if not args.check:
+        print("ogsgen build: an installed ogsgen ships its kernels built, so this build only checked them; build a "
+              "catalog of your own with --spec FILE --out DIR")
     return 0
 
 
@@ -104,6 +121,9 @@ def _cmd_warmup(args) -> int:
         print(f"failed: {description}: {error}")
     print(f"ogsgen warmup: {report.done - len(report.failures)} of {report.done} launch configurations of "
           f"{len(names)} variants compiled or found in Triton's cache in {report.seconds:.0f} s")
+    if (replaced := report.hazard_replaced):
+        print(f"ogsgen warmup: {replaced} {'binary' if replaced == 1 else 'binaries'} had ptxas's wgmma register "
+              f"hazard; their calls run a clean tile or wait for each wgmma instead (correct; docs/troubleshooting.md)")
     return 1 if report.failures else 0
 
 
@@ -120,7 +140,9 @@ def parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build", help="render kernels into a folder with a manifest")
     add_catalog_args(b)
-    b.add_argument("--out", metavar="DIR", help="output folder (default: the package's generated/)")
+    b.add_argument("--out", metavar="DIR", help="output folder (default: the package's generated/ in a source "
+                                                 "checkout; an installed ogsgen's kernels ship built, and `ogsgen "
+                                                 "build` only checks them)")
     b.add_argument("--check", action="store_true", help="render in memory; exit 1 naming stale, missing and "
                                                          "extra files and what interrupted builds left")
     b.add_argument("--dry-run", action="store_true", help="report what would be written, write nothing")

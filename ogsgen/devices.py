@@ -7,12 +7,31 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
+import triton
+from triton.runtime.interpreter import InterpretedFunction
 
 from .errors import SpecError, UnsupportedError
 
 
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def _decorated_with_ogsgen():
+    # Triton reads TRITON_INTERPRET as it decorates a function: this one's type says whether ogsgen's Triton
+    # functions, made as their modules (which import this one) were imported, run in the interpreter.
+    pass
+
+
+def check_interpreter_mode() -> None:
+    """Raise SpecError where TRITON_INTERPRET=1 was set after ogsgen's Triton functions were made, which would leave
+    them compiled for a GPU, run by the interpreter: an opaque InterpreterError."""
+    if interpreting() and not isinstance(_decorated_with_ogsgen, InterpretedFunction):
+        raise SpecError("TRITON_INTERPRET=1 was set after ogsgen's Triton functions were made, and Triton reads it as "
+                        "it makes them, so they cannot run in its interpreter: set it before Python imports triton "
+                        "and ogsgen's kernels (`TRITON_INTERPRET=1 python script.py`; in a notebook, "
+                        "os.environ['TRITON_INTERPRET'] = '1' in the first cell, then restart the kernel)")
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,9 @@ def check_kernel_device(tensor: torch.Tensor, name: str) -> None:
         target(device)
         return
     if device.type == "cpu" and interpreting():
+        check_interpreter_mode()
         return
     where = "a CUDA device" + (" (or the CPU, as Triton's interpreter is on)" if interpreting() else
-                               " (on the CPU only through Triton's interpreter, TRITON_INTERPRET=1)")
+                               " (on the CPU only through Triton's interpreter: TRITON_INTERPRET=1, set before triton "
+                               "is imported)")
     raise SpecError(f"{name} is on {device}; ogsgen's kernels run on {where}: move it there")

@@ -302,7 +302,7 @@ def test_activation_without_a_backward_function_takes_torch_autograd_of_its_refe
     try:
         monkeypatch.setenv("OGSGEN_CACHE_DIR", str(tmp_path))  # its variants rendered on demand, not kept
         monkeypatch.setattr(loader, "_on_demand", True)
-        monkeypatch.setattr(gradients, "activation_backward",
+        monkeypatch.setattr(gradients, "activation_backward_op",
                             lambda *args: pytest.fail("the fused kernel took an activation without a backward"))
         act = FusedActivation(spec, (0.5,))
         if mode == "dense":

@@ -1,5 +1,8 @@
-"""The benchmark's results table (bench/bench_moe.py), from rows as results.csv holds them."""
+"""The benchmark's results table (bench/bench_moe.py), from rows as results.csv holds them, and the peers it measures
+(bench/fetch_peers.py)."""
+import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -169,3 +172,49 @@ def test_each_benchmark_and_probe_imports_and_answers_help(script, monkeypatch, 
     with pytest.raises(SystemExit) as exit_:
         module.main()
     assert exit_.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+FUSED_MOE_SOURCE = '''from vllm.triton_utils import tl, triton
+
+
+def helper_the_bench_does_not_take():
+    pass
+
+
+@triton.jit
+def write_zeros_to_output(c_ptr):
+    pass
+
+
+@triton.jit(do_not_specialize=["n"])
+def fused_moe_kernel(a_ptr, n):
+    write_zeros_to_output(a_ptr)
+'''
+
+
+def test_fetch_peers_places_triton_kernels_and_vllms_fused_moe_kernel_from_one_wheel(tmp_path, monkeypatch):
+    # What the bench measures against comes from vLLM's wheel into the ignored folder, nothing from outside the
+    # repository: the vendored triton_kernels, and vLLM's fused_moe kernel, which bench/vllm_peer_launch.py launches.
+    import fetch_peers
+    wheel = tmp_path / "vllm-0.33.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("vllm/third_party/triton_kernels/matmul_ogs.py", "MATMUL = 1\n")
+        archive.writestr("vllm/third_party/triton_kernels/tensor_details/layout.py", "LAYOUT = 1\n")
+        archive.writestr("vllm/model_executor/layers/fused_moe/fused_moe.py", FUSED_MOE_SOURCE)
+    downloads = []
+
+    def pip_download(command, check):
+        downloads.append(command)
+        shutil.copy(wheel, command[command.index("--dest") + 1])
+    monkeypatch.setattr(fetch_peers.subprocess, "run", pip_download)
+    dest = tmp_path / "third_party"
+    assert fetch_peers.fetch(dest) == [dest / "triton_kernels" / "matmul_ogs.py", dest / "vllm" /
+                                       "vllm_fused_moe_kernel.py"]
+    assert (dest / "triton_kernels" / "tensor_details" / "layout.py").read_text() == "LAYOUT = 1\n"
+    kernel = (dest / "vllm" / "vllm_fused_moe_kernel.py").read_text()
+    assert kernel.startswith(fetch_peers.HEADER) and "helper_the_bench_does_not_take" not in kernel
+    assert kernel.index("def write_zeros_to_output") < kernel.index('@triton.jit(do_not_specialize=["n"])')
+    monkeypatch.syspath_prepend(str(dest / "vllm"))
+    import vllm_peer_launch
+    assert vllm_peer_launch.fused_moe_kernel.fn.__name__ == "fused_moe_kernel"
+    assert fetch_peers.fetch(dest) and len(downloads) == 1  # placed: not downloaded again

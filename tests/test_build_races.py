@@ -85,6 +85,7 @@ def _rebuild_until(out, stop, builds):
         builds.value += 1
 
 
+@pytest.mark.slow
 def test_loads_while_another_process_rebuilds(isolated_loader, tmp_path):
     out = tmp_path / "build"
     build(_catalog(OLD), out)

@@ -1,8 +1,11 @@
 """The CLI (build / list / show, --check, --only, --dry-run), catalogs, and the runtime loader."""
+import argparse
+import fnmatch
 import hashlib
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +47,15 @@ def _betas_call(device):
 
 
 # ---------------------------------------------------------------- CLI
+
+def test_the_docs_name_only_commands_that_exist():
+    commands, = (action.choices for action in parser()._actions if isinstance(action, argparse._SubParsersAction))
+    text = "\n".join(path.read_text() for path in [HERE.parent / "README.md", *(HERE.parent / "docs").glob("*.md")])
+    named = set(re.findall(r"`ogsgen (\w+)", text))
+    for listing in re.findall(r"ogsgen (\w+(?: \(--\w+\))?(?: / \w+(?: \(--\w+\))?)+)", text):  # "ogsgen a / b"
+        named |= {command.split()[0] for command in listing.split(" / ")}
+    assert {"build", "warmup"} <= named and named <= set(commands), sorted(named - set(commands))
+
 
 def test_build_check_dry_run_only(tmp_path, capsys):
     out = tmp_path / "out"
@@ -89,10 +101,15 @@ def test_misspelt_names_get_suggestions(capsys):
     assert "did you mean ogs_matmul_xbf16_wbf16_ybf16_act_swiglu" in capsys.readouterr().err
 
 
-def test_build_quiet_prints_the_summary_only(tmp_path, capsys):
-    assert main(["build", "--only", "ogs_matmul_xfp16_wfp16_yfp16", "--out", str(tmp_path), "-q"]) == 0
+def test_build_quiet_prints_the_summary_only_and_counts_variants_as_check_does(tmp_path, capsys):
+    only = "ogs_matmul_xfp16_wfp16_yfp16_bias*"
+    n = len([v for v in default_catalog().by_name() if fnmatch.fnmatchcase(v, only)])
+    assert main(["build", "--only", only, "--out", str(tmp_path), "-q"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 and out[0].startswith("ogsgen:default: wrote 2 file(s)"), out
+    assert out == [f"ogsgen:default: {n} variant(s): wrote {n} kernel file(s) and the manifest, 0 unchanged, "
+                   f"0 removed, in {tmp_path}"]
+    assert main(["build", "--check", "--only", only, "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"ogsgen build --check: {tmp_path} is up to date ({n} variant(s))\n"
 
 
 def test_warmup_folder_flag_and_its_old_name():
@@ -181,6 +198,20 @@ def test_malformed_catalogs(tmp_path, capsys, content, message):
     assert main(["list", "--spec", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"--spec {path}" in err and message in err
+
+
+def test_a_user_catalogs_files_name_the_command_that_rebuilds_them(tmp_path):
+    assert main(["build", "--spec", str(CUSTOM_CATALOG), "--out", str(tmp_path), "-q"]) == 0
+    banner = next(tmp_path.glob("*.py")).read_text().splitlines()[:2]
+    assert banner[1] == (f"# `ogsgen build --spec {CUSTOM_CATALOG.name} --out <this folder>` (your catalog file's path "
+                         f"in --spec).")
+
+
+def test_an_empty_catalog_builds_nothing(tmp_path, capsys):
+    path, out = tmp_path / "empty_catalog.py", tmp_path / "out"
+    path.write_text("VARIANTS = []\n")
+    assert main(["build", "--spec", str(path), "--out", str(out)]) == 2
+    assert "VARIANTS is empty, so there is nothing to build" in capsys.readouterr().err and not out.exists()
 
 
 def test_catalog_must_be_python(tmp_path, capsys):
@@ -343,6 +374,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_two_processes_racing_on_demand(tmp_path):
     env = {**os.environ, "OGSGEN_ON_DEMAND": "1", "OGSGEN_CACHE_DIR": str(tmp_path),
            "PYTHONPATH": str(HERE.parent)}

@@ -46,11 +46,27 @@ print("first call ok")
     assert "first call ok" in result.stdout
 
 
+def test_readme_commands_run_on_the_cpu_and_name_nothing_outside_the_repository():
+    readme = (ROOT / "README.md").read_text()
+    examples = [before.lstrip("`") for before in re.findall(r"(\S*) *python examples/", readme)]
+    assert examples and set(examples) == {"TRITON_INTERPRET=1"}, examples  # (the examples launch kernels)
+    assert "../" not in readme  # (links into docs/ are relative to the README)
+
+
 def test_readme_activation_is_the_examples():
     code, = _python_blocks("Custom activations and epilogues")
     example = (EXAMPLES / "custom_activation.py").read_text()
     body = code[code.index("@triton.jit"):code.index("\n\n", code.index("@triton.jit"))]
     assert body in example, "the README's relu_squared differs from examples/custom_activation.py's"
+
+
+def test_readme_activation_is_a_catalog_file_as_written(tmp_path):
+    code, = _python_blocks("Custom activations and epilogues")
+    (tmp_path / "my_catalog.py").write_text(code)
+    result = subprocess.run([sys.executable, "-m", "ogsgen", "list", "--spec", "my_catalog.py"], env=_env(),
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ogs_matmul_xbf16_wbf16_ybf16_bias_act_relu_squared" in result.stdout.split()
 
 
 def test_custom_activation_example(tmp_path):

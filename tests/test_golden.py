@@ -98,6 +98,7 @@ def _ogsgen(args, cwd, **env):
                           env={**os.environ, "PYTHONPATH": str(cwd), **env})
 
 
+@pytest.mark.slow
 def test_edited_template_makes_check_fail(tmp_path):
     tree = _copy_tree(tmp_path)
     assert _ogsgen(["build", "--check"], tree).returncode == 0
@@ -110,6 +111,7 @@ def test_edited_template_makes_check_fail(tmp_path):
     assert _ogsgen(["build", "--check"], tree).returncode == 0
 
 
+@pytest.mark.slow
 def test_edited_user_function_makes_check_fail(tmp_path):
     catalog_file = tmp_path / "user_kernels.py"
     catalog_file.write_text(CUSTOM_CATALOG.read_text())

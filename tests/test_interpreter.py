@@ -45,6 +45,32 @@ def test_a_users_bf16_script_is_correct_on_the_cpu(tmp_path):
     assert "RuntimeWarning" not in result.stderr
 
 
+def test_triton_interpret_set_after_the_kernels_were_made_is_a_clear_error(tmp_path):
+    # A notebook's sequence: a call on the CPU without the interpreter is refused, naming TRITON_INTERPRET; setting it
+    # then (after Triton made ogsgen's functions, for a GPU) must say why that is too late, not fail in the
+    # interpreter. Set before the imports, the same call runs.
+    script = textwrap.dedent("""
+        import os, torch, triton, ogsgen
+        x, w = torch.randn(16, 32), torch.randn(32, 8)
+        for step in ("before", "after"):
+            try:
+                ogsgen.matmul_ogs(x, w, None)
+            except ogsgen.OgsgenError as exc:
+                print(step, type(exc).__name__, exc)
+            os.environ["TRITON_INTERPRET"] = "1"
+    """)
+    result = _python(script, tmp_path, TRITON_INTERPRET="0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    before, after = result.stdout.splitlines()
+    assert before.startswith("before SpecError x is on cpu") and "TRITON_INTERPRET=1, set before triton" in before
+    assert after.startswith("after SpecError TRITON_INTERPRET=1 was set after ogsgen's Triton functions were made")
+    assert "in the first cell" in after
+    script = "import torch, ogsgen\nx, w = torch.randn(16, 32), torch.randn(32, 8)\n" \
+             "print((ogsgen.matmul_ogs(x, w, None) - x @ w).abs().max().item())\n"
+    result = _python(script, tmp_path)
+    assert result.returncode == 0 and float(result.stdout) < 1e-4, result.stderr[-3000:]
+
+
 def test_an_uncorrected_interpreter_warns_once(tmp_path):
     script = textwrap.dedent("""
         import torch, ogsgen

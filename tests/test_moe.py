@@ -426,6 +426,7 @@ def test_routing_given_expert_ids_refuses_dropped_and_foreign_ids(device, monkey
             routing(logits, 2, expt_indx=torch.tensor(ids, device=device))
 
 
+@pytest.mark.slow
 def test_metadata_beyond_the_old_15_bit_block_index(device):
     # One expert with 600,000 rows: 37,500 tiles of 16 rows, past the 2**15 block indices that int32 schedule
     # entries held (the limit was 524,288 gates per call, 65,540 tokens at top-8).
@@ -467,6 +468,7 @@ def test_moe_with_more_experts_than_a_byte_holds(persistent, device):
     _gather_swiglu_then_combine(rd, gi, si, block_m=16, persistent=persistent)
 
 
+@pytest.mark.slow
 def test_moe_at_the_largest_expert_count(device):
     # 65,536 experts, the most the block schedule's 16-bit expert field holds: the last ids' rows reach their
     # experts (reference: each gathered row times its expert's w); one more expert is refused.

@@ -104,6 +104,7 @@ def test_warmup_call_is_a_valid_matmul_ogs_call(name, device):
     smallest.run(device)
 
 
+@pytest.mark.slow
 def test_a_kernels_triton_cache_key_does_not_depend_on_what_compiled_first():
     """Triton folds a helper's constexpr globals into a kernel's cache key only once the helper's own key exists;
     ogsgen.numerics.jit keys its helpers at import, so a kernel gets one key in every process, and its warmed

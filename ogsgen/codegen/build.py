@@ -25,7 +25,7 @@ from typing import Callable
 
 from filelock import FileLock
 
-from .._resources import data_dir
+from .._resources import data_dir, installed
 from .._version import __version__
 from ..errors import BuildFolderError, SpecError, did_you_mean
 from ..spec.catalog import DEFAULT_CATALOG_NAME, Catalog
@@ -244,7 +244,13 @@ def build(catalog: Catalog, out_dir: str | os.PathLike, only: str | None = None,
     """Render and write; a full build also removes the files an earlier build wrote for variants the
     catalog no longer has (files ogsgen did not write are left alone)."""
     out_dir = _folder(out_dir)
-    if catalog.name != DEFAULT_CATALOG_NAME and out_dir.resolve() == data_dir("generated").resolve():
+    package_folder = out_dir.resolve() == data_dir("generated").resolve()
+    if package_folder and installed():
+        raise BuildFolderError(f"--out {out_dir} is the installed ogsgen's generated/ folder: its kernels ship built "
+                               f"(`ogsgen build --check` checks them) and pip owns its files (one a build added would "
+                               f"stay behind when pip removes ogsgen); build into a folder of your own with --out DIR "
+                               f"and load it with OGSGEN_PATH=DIR or ogsgen.add_search_path(DIR)")
+    if package_folder and catalog.name != DEFAULT_CATALOG_NAME:
         raise BuildFolderError(f"--out {out_dir} is ogsgen's own generated/ folder, whose kernels the default catalog "
                                f"builds (a build of catalog {catalog.name} would replace or remove them); choose "
                                f"another --out for your catalog")

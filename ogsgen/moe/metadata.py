@@ -182,18 +182,17 @@ def make_ragged_tensor_metadata_torch(hist: torch.Tensor, n_rows: int) -> Ragged
     return RaggedTensorMetadata(hist, slice_offs, torch.stack(offs_rows), torch.stack(schedule_rows))
 
 
-@torch.library.custom_op("ogsgen::routing_metadata", mutates_args=())
 def routing_metadata(expt_indx: torch.Tensor, n_expts_tot: int, n_rows: int) -> tuple[torch.Tensor, torch.Tensor,
                                                                                       torch.Tensor, torch.Tensor]:
     """(histogram, slice_offs, block_offs_data, block_schedule_data) of flat expert ids (-1: dropped): routing's
-    kernels as one custom op, which torch.compile traces as one node (routing's other steps are torch's)."""
+    kernels, which the custom op ``ogsgen::routing_metadata`` (ogsgen.ops.custom_ops) runs, so that torch.compile
+    traces them as one node (routing's other steps are torch's)."""
     hist = expert_histogram(expt_indx, n_expts_tot)
     meta = make_ragged_tensor_metadata(hist, n_rows)
     return hist, meta.slice_offs, meta.block_offs_data, meta.block_schedule_data
 
 
-@routing_metadata.register_fake
-def _routing_metadata_fake(expt_indx, n_expts_tot, n_rows):
+def routing_metadata_fake(expt_indx, n_expts_tot, n_rows):
     new = expt_indx.new_empty
     return (new(n_expts_tot, dtype=torch.int32), new(n_expts_tot + 1, dtype=torch.int32),
             new((len(BLOCK_SIZES), n_expts_tot + 1), dtype=torch.int32),

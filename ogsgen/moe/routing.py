@@ -17,7 +17,7 @@ from ..errors import SpecError, SpecTypeError
 from ..types import GatherIndx, RoutingData, ScatterIndx
 from .checks import check_expert_ids, host_checks_apply
 from .metadata import (MAX_EXPERTS, RaggedTensorMetadata, check_row_count, expert_histogram,
-                       make_ragged_tensor_metadata, routing_metadata)
+                       make_ragged_tensor_metadata)
 
 
 def _check_topk_inputs(topk_ids, topk_weights, n_expts_tot, expected_tokens_per_expt):
@@ -77,7 +77,7 @@ def routing_from_topk(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_expt
     weights = topk_weights.reshape(-1).float()
     gate_scal = torch.where(sorted_valid, weights.gather(0, sorted_to_gate.clamp_min(0).long()), 0.0)
     if torch.compiler.is_compiling():  # the kernels as one custom op, which torch.compile traces
-        hist, *meta = routing_metadata(ids, n_expts_tot, n_gates)
+        hist, *meta = torch.ops.ogsgen.routing_metadata(ids, n_expts_tot, n_gates)
         meta = RaggedTensorMetadata(hist, *meta)
     else:
         hist = expert_histogram(ids, n_expts_tot)  # asserts the ids' range on the device

@@ -74,7 +74,6 @@ def _activation_backward(Z, DY, DYRows, Gammas, RoutedRows, DZ, DGammas, n_rows,
         tl.store(DGammas + rows, tl.where(live, d_gammas, 0.0), mask=rows < n_rows)
 
 
-@torch.library.custom_op("ogsgen::activation_backward", mutates_args=())
 def activation_backward(activation: Optional[str], activation_args: list[float], z: Optional[Tensor], dy: Tensor,
                         dy_rows: Optional[Tensor], n_expts_act: int, gammas: Optional[Tensor],
                         routed_rows: Optional[Tensor], out_alpha: Optional[float], d_gammas: bool,
@@ -84,9 +83,9 @@ def activation_backward(activation: Optional[str], activation_args: list[float],
     the registered activation named ``activation`` (None: no activation), ``z`` (…, N) (needed for an activation
     or d gammas, else None), whose results' gradient is ``dy`` (rows of N / reduction_n columns; a scatter's rows
     read through ``dy_rows``, the forward's scatter destinations, divided by ``n_expts_act``). ``routed_rows``: a
-    one-element int32 tensor, the count of rows that hold routed gates (the rest get zeros), or None when all do. A
-    custom op (with a fake implementation) so that AOTAutograd can trace the backward that calls it. Internal: the
-    backward passes consistent tensors (one device, unit column stride)."""
+    one-element int32 tensor, the count of rows that hold routed gates (the rest get zeros), or None when all do. Run
+    by the custom op ``ogsgen::activation_backward`` (ogsgen.ops.custom_ops), so that AOTAutograd can trace the
+    backward that calls it. Internal: the backward passes consistent tensors (one device, unit column stride)."""
     spec = None if activation is None else registered("activation", activation)
     if z is None and (spec is not None or d_gammas):
         raise SpecError("activation_backward needs z, the rows before the activation, for an activation or d gammas")
@@ -117,9 +116,8 @@ def _dz_shape(spec, z, dy, dy_rows) -> tuple:
     return (dy_rows.shape[0], n) if dy_rows is not None else (*dy.shape[:-1], n)
 
 
-@activation_backward.register_fake
-def _activation_backward_fake(activation, activation_args, z, dy, dy_rows, n_expts_act, gammas, routed_rows,
-                              out_alpha, d_gammas, out_dtype):
+def activation_backward_fake(activation, activation_args, z, dy, dy_rows, n_expts_act, gammas, routed_rows,
+                             out_alpha, d_gammas, out_dtype):
     spec = None if activation is None else registered("activation", activation)
     shape = _dz_shape(spec, z, dy, dy_rows)
     n_rows = (dy_rows.shape[0] if dy_rows is not None else dy.numel() // dy.shape[-1]) if d_gammas else 0

@@ -1,93 +1,52 @@
-"""ogsgen's matmuls as torch.library custom ops: ``ogsgen::matmul_ogs`` and ``ogsgen::matmul_ogs_inner`` (ragged
-K), each with a fake (meta) implementation, and matmul_ogs with its autograd formula (``gradients``).
-torch.compile traces them as single nodes, AOTAutograd takes their backward from here, and a CUDA graph captures
-their launches. (Routing is torch operations around one op of its own, ``ogsgen::routing_metadata``, defined beside
-its kernels in ogsgen.moe.metadata.)
+"""ogsgen's torch.library custom ops, all of them: ``ogsgen::matmul_ogs`` and ``ogsgen::matmul_ogs_inner`` (ragged
+K), whose launches are ``launches``'s, matmul_ogs with its autograd formula (``gradients``),
+``ogsgen::activation_backward`` (the backward's fused elementwise kernel) and ``ogsgen::routing_metadata`` (routing's
+kernels: routing is torch operations around this one op), each with a fake (meta) implementation. torch.compile and
+torch.export trace them as single nodes, AOTAutograd takes their backward from here, and a CUDA graph captures their
+launches.
 
-The ops take tensors and scalars only: the argument dataclasses (RoutingData with its metadata, GatherIndx,
-ScatterIndx, FusedActivation) travel flattened, in the order ``pack_routing`` gives, and are rebuilt inside.
+This module imports torch and nothing else: ``import ogsgen`` imports it as soon as torch is imported (see
+ogsgen/__init__.py), so that ``torch.ops.ogsgen.*`` exists in every process that imports ogsgen (a program saved by
+torch.export loads in a fresh one) without the cost of importing Triton and the runtime, which each op imports at
+its first call. The schemas are spelled out: they are what saved programs refer to.
 """
 from __future__ import annotations
 
-from typing import Optional
+import importlib
 
 import torch
 
-from ..moe.metadata import RaggedTensorMetadata
-from ..runtime.matmul import launch
-from ..spec.functions import registered
-from ..types import FusedActivation, GatherIndx, InnerRoutingData, PrecisionConfig, RoutingData, ScatterIndx
-from . import gradients
 
-Tensor = torch.Tensor
-
-
-def routing_args(expt_hist, slice_offs, block_offs, block_schedule, n_expts_tot, n_expts_act) -> RoutingData | None:
-    """The RoutingData a flattened call stands for (None for a dense or batched call)."""
-    if expt_hist is None:
-        return None
-    meta = None if slice_offs is None else RaggedTensorMetadata(expt_hist, slice_offs, block_offs, block_schedule)
-    return RoutingData(None, expt_hist, n_expts_tot, n_expts_act, meta)
+def _later(module: str, name: str):
+    """The function ``name`` of ``module`` (relative to this package), imported when first called."""
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module, __package__), name)(*args, **kwargs)
+    return call
 
 
-def activation_of(name: str | None, args: list) -> FusedActivation | None:
-    return None if name is None else FusedActivation(registered("activation", name), tuple(args))
+def _op(name: str, schema: str, module: str, function: str, fake: str):
+    op = torch.library.custom_op(f"ogsgen::{name}", _later(module, function), mutates_args=(), schema=schema)
+    op.register_fake(_later(module, fake))
+    return op
 
 
-@torch.library.custom_op("ogsgen::matmul_ogs", mutates_args=())
-def matmul_ogs_op(x: Tensor, w: Tensor, bias: Optional[Tensor], expt_hist: Optional[Tensor],
-                  slice_offs: Optional[Tensor], block_offs: Optional[Tensor], block_schedule: Optional[Tensor],
-                  gather_src: Optional[Tensor], gather_dst: Optional[Tensor], scatter_src: Optional[Tensor],
-                  scatter_dst: Optional[Tensor], betas: Optional[Tensor], gammas: Optional[Tensor],
-                  y_acc_in: Optional[Tensor], n_expts_tot: int, n_expts_act: int, out_alpha: Optional[float],
-                  activation: Optional[str], activation_args: list[float], out_dtype: Optional[torch.dtype],
-                  allow_tf32: bool, save_preact: bool) -> tuple[Tensor, Tensor]:
-    """(y, the rows before the activation where ``save_preact``, else an empty tensor)."""
-    routing_data = routing_args(expt_hist, slice_offs, block_offs, block_schedule, n_expts_tot, n_expts_act)
-    preact = torch.empty(_preact_shape(x, w, gather_src), dtype=out_dtype or x.dtype, device=x.device) \
-        if save_preact else None
-    # (the inputs may require grad: this op's autograd is registered, so the launch path that skips that check)
-    y = launch(x, w, bias, routing_data, None if gather_src is None else GatherIndx(gather_src, gather_dst),
-               None if scatter_src is None else ScatterIndx(scatter_src, scatter_dst),
-               PrecisionConfig(out_dtype=out_dtype, allow_tf32=allow_tf32), betas=betas, gammas=gammas,
-               out_alpha=out_alpha, fused_activation=activation_of(activation, activation_args), y_acc_in=y_acc_in,
-               preact=preact)
-    return y, preact if preact is not None else x.new_empty(0, dtype=out_dtype or x.dtype)
-
-
-def _preact_shape(x, w, gather_src) -> tuple:
-    rows = gather_src.shape[0] if gather_src is not None else x.shape[-2]
-    return (x.shape[0], rows, w.shape[-1]) if x.ndim == 3 else (rows, w.shape[-1])
-
-
-@matmul_ogs_op.register_fake
-def _matmul_ogs_fake(x, w, bias, expt_hist, slice_offs, block_offs, block_schedule, gather_src, gather_dst,
-                     scatter_src, scatter_dst, betas, gammas, y_acc_in, n_expts_tot, n_expts_act, out_alpha, activation,
-                     activation_args, out_dtype, allow_tf32, save_preact):
-    reduction_n = 1 if activation is None else registered("activation", activation).reduction_n
-    rows = gather_src.shape[0] if gather_src is not None else x.shape[-2]
-    if scatter_src is not None:
-        rows = scatter_src.shape[0] // n_expts_act
-    shape = (x.shape[0], rows, w.shape[-1] // reduction_n) if x.ndim == 3 else (rows, w.shape[-1] // reduction_n)
-    preact = x.new_empty(_preact_shape(x, w, gather_src) if save_preact else (0,), dtype=out_dtype or x.dtype)
-    return x.new_empty(shape, dtype=out_dtype or x.dtype), preact
-
-
-matmul_ogs_op.register_autograd(gradients.matmul_ogs_backward, setup_context=gradients.matmul_ogs_setup_context)
-
-
-@torch.library.custom_op("ogsgen::matmul_ogs_inner", mutates_args=())
-def matmul_ogs_inner_op(x: Tensor, w: Tensor, expt_hist: Tensor, slice_offs: Optional[Tensor],
-                        block_offs: Optional[Tensor], block_schedule: Optional[Tensor], gather_src: Optional[Tensor],
-                        n_expts_act: int, block_k: int, out_dtype: Optional[torch.dtype], allow_tf32: bool) -> Tensor:
-    base = routing_args(expt_hist, slice_offs, block_offs, block_schedule, expt_hist.shape[0], n_expts_act)
-    gather = None if gather_src is None else GatherIndx(gather_src, gather_src)  # the kernel reads src_indx only
-    return launch(x, w, None, gather_indx=gather, precision_config=PrecisionConfig(out_dtype=out_dtype,
-                                                                                  allow_tf32=allow_tf32),
-                  inner_routing_data=InnerRoutingData(base, block_k))
-
-
-@matmul_ogs_inner_op.register_fake
-def _matmul_ogs_inner_fake(x, w, expt_hist, slice_offs, block_offs, block_schedule, gather_src, n_expts_act, block_k,
-                           out_dtype, allow_tf32):
-    return x.new_empty((expt_hist.shape[0], x.shape[0], w.shape[1]), dtype=out_dtype or x.dtype)
+matmul_ogs_op = _op(
+    "matmul_ogs", "(Tensor x, Tensor w, Tensor? bias, Tensor? expt_hist, Tensor? slice_offs, Tensor? block_offs, "
+    "Tensor? block_schedule, Tensor? gather_src, Tensor? gather_dst, Tensor? scatter_src, Tensor? scatter_dst, "
+    "Tensor? betas, Tensor? gammas, Tensor? y_acc_in, SymInt n_expts_tot, SymInt n_expts_act, float? out_alpha, "
+    "str? activation, float[] activation_args, ScalarType? out_dtype, bool allow_tf32, bool save_preact) "
+    "-> (Tensor, Tensor)", ".launches", "matmul_ogs", "matmul_ogs_fake")
+matmul_ogs_op.register_autograd(_later(".gradients", "matmul_ogs_backward"),
+                                setup_context=_later(".gradients", "matmul_ogs_setup_context"))
+matmul_ogs_inner_op = _op(
+    "matmul_ogs_inner", "(Tensor x, Tensor w, Tensor expt_hist, Tensor? slice_offs, Tensor? block_offs, "
+    "Tensor? block_schedule, Tensor? gather_src, SymInt n_expts_act, SymInt block_k, ScalarType? out_dtype, "
+    "bool allow_tf32) -> Tensor", ".launches", "matmul_ogs_inner", "matmul_ogs_inner_fake")
+activation_backward_op = _op(
+    "activation_backward", "(str? activation, float[] activation_args, Tensor? z, Tensor dy, Tensor? dy_rows, "
+    "SymInt n_expts_act, Tensor? gammas, Tensor? routed_rows, float? out_alpha, bool d_gammas, "
+    "ScalarType out_dtype) -> (Tensor, Tensor)", ".activation_backward", "activation_backward",
+    "activation_backward_fake")
+routing_metadata_op = _op(
+    "routing_metadata", "(Tensor expt_indx, SymInt n_expts_tot, SymInt n_rows) -> (Tensor, Tensor, Tensor, Tensor)",
+    "..moe.metadata", "routing_metadata", "routing_metadata_fake")

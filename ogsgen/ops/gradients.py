@@ -23,7 +23,7 @@ from ..runtime.opt_flags import current_constraints
 from ..spec.catalog import PREACT_ACTIVATIONS
 from ..spec.functions import registered
 from ..types import INNER_BLOCK_K
-from .activation_backward import activation_backward
+from .custom_ops import activation_backward_op
 
 
 # ogsgen::matmul_ogs's differentiable inputs, by position
@@ -72,8 +72,8 @@ def matmul_ogs_backward(ctx, dy, _d_preact):
             and dy.dtype == x.dtype:
         dz, d_gammas = dy, None  # a plain matmul's: dy itself
     elif spec is None or spec.backward is not None:
-        dz, d_gammas = activation_backward(activation, list(activation_args), z, dy, scatter_dst, k, gammas,
-                                           routed_rows, alpha, want_d_gammas, x.dtype)  # the op ogsgen::activation_backward
+        dz, d_gammas = activation_backward_op(activation, list(activation_args), z, dy, scatter_dst, k, gammas,
+                                              routed_rows, alpha, want_d_gammas, x.dtype)
         d_gammas = d_gammas if want_d_gammas else None
     else:
         dz, d_gammas = _dz_by_torch(spec, activation_args, z, dy, scatter_dst, k, gammas, routed_rows, alpha,

@@ -103,18 +103,24 @@ def _launch_hazard_free(variant: KernelVariant, call: Call, flags, binary: tuple
         replacement = flags.waiting()
         _launch_matmul(variant, call, replacement, out, **operands)
     _REPLACED[(flags, binary)] = replacement
-    loader.log.info("%s; launch parameters %s now run as %s", hazard, flags, replacement)
-    if len(_REPLACED) == 1:  # once per process; each configuration is logged on the ogsgen logger
-        warn_at_caller(f"ogsgen: {hazard}. ptxas let the next K step overwrite registers a wgmma still reads "
-                       f"(triton-lang/triton#9433); MX-weight kernels where this happens now run a tile whose "
-                       f"binary is clean or wait for each wgmma instead (correct, sometimes slower). Triton 3.9 "
-                       f"compiles them without the hazard.", RuntimeWarning)
+    loader.log.debug("%s; launch parameters %s now run as %s", hazard, flags, replacement)
+    # Logged, not warned: ogsgen has already chosen a safe binary, and there is nothing for the caller to do.
+    if len(_REPLACED) == 1:
+        loader.log.info("ptxas let the next K step overwrite registers a wgmma still reads (triton-lang/triton#9433) "
+                        "in %s; MX-weight kernels where this happens run a tile whose binary is clean or wait for each "
+                        "wgmma instead (correct, sometimes slower; each case is logged at debug level). Triton 3.9 "
+                        "compiles them without the hazard.", hazard)
 
 
 # (opt flags, launcher.binary_key) of MX binaries with the wgmma register hazard -> the flags their calls run
 # instead. Per binary: a specialization's hazard says nothing of another's (scales recorded <= 2 or not, K with a
 # tail or not), and a fresh process checks each binary it compiles.
 _REPLACED: dict = {}
+
+
+def hazard_replacements() -> int:
+    """How many binaries this process replaced for the wgmma hazard (``ogsgen warmup`` reports them)."""
+    return len(_REPLACED)
 
 
 def forget_hazard_replacements() -> None:

@@ -48,6 +48,7 @@ from ..spec.formats import MX_BLOCK
 from ..spec.variant import KernelVariant, canonical_name
 from ..types import (INNER_BLOCK_K, Epilogue, FlexCtx, FusedActivation, FusedComm, InFlexData, InnerRoutingData,
                      OutFlexData, PrecisionConfig)
+from . import matmul
 from .inner import inner_flags
 from .matmul import launch, matmul_ogs
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
@@ -175,6 +176,7 @@ class WarmupReport:
     done: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    hazard_replaced: int = 0  # binaries with ptxas's wgmma register hazard, replaced by safe ones (matmul.py)
 
 
 def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> list[OptFlags]:
@@ -268,18 +270,27 @@ def _catalog_variants(spec: str | None, names: list[str]):
     return [by_name[name] for name in names]
 
 
+def warm(wc, device) -> tuple[str, str, int]:
+    """Make one warm-up call: (its description, its error or '', how many binaries it replaced for the wgmma
+    hazard)."""
+    replaced = matmul.hazard_replacements()
+    try:
+        wc.run(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        error = ""
+    except Exception as exc:  # reported, not fatal: the other variants still warm up
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return wc.describe(), error, matmul.hazard_replacements() - replaced
+
+
 def _run_share(spec, names, share, jobs, device_index, queue) -> None:
-    """Worker: make every ``jobs``-th warm-up call from ``share`` on, reporting (description, error or '')."""
+    """Worker: make every ``jobs``-th warm-up call from ``share`` on, reporting what ``warm`` returns."""
     torch.cuda.set_device(device_index)
     device = torch.device("cuda", device_index)
     # The variants are rebuilt here from the catalog (their Triton functions do not pickle).
     for wc in warmup_calls(_catalog_variants(spec, names), *_gpu(device_index))[share::jobs]:
-        try:
-            wc.run(device)
-            torch.cuda.synchronize()
-            queue.put((wc.describe(), ""))
-        except Exception as exc:  # reported, not fatal: the other variants still warm up
-            queue.put((wc.describe(), f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+        queue.put(warm(wc, device))
 
 
 def warmup(spec: str | None, names: list[str], jobs: int = 1, progress=None) -> WarmupReport:
@@ -301,7 +312,7 @@ def warmup(spec: str | None, names: list[str], jobs: int = 1, progress=None) -> 
     try:
         while report.done < total:
             try:
-                description, error = queue.get(timeout=1.0)
+                description, error, replaced = queue.get(timeout=1.0)
             except Empty:
                 if any(worker.is_alive() for worker in workers):
                     continue
@@ -311,6 +322,7 @@ def warmup(spec: str | None, names: list[str], jobs: int = 1, progress=None) -> 
                 report.done = total
                 break
             report.done += 1
+            report.hazard_replaced += replaced
             if error:
                 report.failures.append((description, error))
             if progress:

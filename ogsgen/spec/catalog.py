@@ -154,7 +154,7 @@ def _expand(variants, source) -> tuple[KernelVariant, ...]:
     seen = {}  # (a dict: in their order, so that Catalog's error names two variants of one name in this order)
     for i, variant in enumerate(variants):
         if not isinstance(variant, KernelVariant):
-            raise CatalogError(f"{source}: VARIANTS[{i}] is a {type(variant).__name__}, not a KernelVariant")
+            raise CatalogError(f"{source}: VARIANTS[{i}] is {_a(type(variant).__name__)}, not a KernelVariant")
         pending = [variant]
         while pending:
             needed = pending.pop()
@@ -194,8 +194,18 @@ def load_catalog_file(path: str | os.PathLike) -> Catalog:
     if variants is None:
         raise CatalogError(f"--spec {path}: the file defines no VARIANTS; add VARIANTS = [KernelVariant(...), ...]")
     try:
+        if isinstance(variants, (str, bytes)):  # iterable, but of characters
+            raise TypeError
         variants = list(variants)
     except TypeError:
         raise CatalogError(f"--spec {path}: VARIANTS must be a list of KernelVariant, "
-                           f"got {type(variants).__name__}") from None
+                           f"got {_a(type(variants).__name__)}") from None
+    if not variants:
+        raise CatalogError(f"--spec {path}: VARIANTS is empty, so there is nothing to build; add the variants your "
+                           f"calls need, e.g. VARIANTS = [KernelVariant(BF16, BF16, BF16, bias=True)]")
     return Catalog(path.name, _expand(variants, f"--spec {path}"))
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "a list", "an int"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
