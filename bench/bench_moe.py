@@ -3,32 +3,22 @@
     PYTHONPATH=.:third_party:third_party/vllm python bench/bench_moe.py --out bench/results/DATE
     python bench/bench_moe.py --table-from bench/results/DATE    # table.md again from results.csv (no GPU)
 
-`python bench/fetch_peers.py third_party` places triton_kernels in third_party and vLLM's fused_moe Triton kernel
-in third_party/vllm (bench/vllm_peer_launch.py launches it); a peer that is not importable is left out of the run
-with a message.
+`python bench/fetch_peers.py third_party` places the peers (triton_kernels; vLLM's fused_moe kernel in
+third_party/vllm, launched by bench/vllm_peer_launch.py); one that is not importable is left out, with a message.
+Shapes: MOE_SHAPES, T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880. Weights bf16 (bf16-kmajor:
+K-contiguous), mxfp4 (the layout prepare_expert_weights picks, hopper on an H200, N-contiguous scales;
+mxfp4-strided, mxfp4-kscales for probes), fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x
+quantized by the call, fp8 cuBLAS as yardstick and ceiling). Peers, in the same process: triton_kernels'
+matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe Triton kernel (bf16; vLLM's default H200 config, the
+expert alignment precomputed; w2 weights each row by its gate, then a sum over the top-k), torch._grouped_mm
+(bf16) and torch.matmul (dense).
 
-Shapes: MOE_SHAPES (gpt-oss-120b w1/w2, DeepSeek-V3 w1/w2, Qwen3-30B-A3B w1/w2, Mixtral-8x7B w1), T in --tokens;
-dense 8192^3, 4096x5760x2880, 64x5760x2880.
-Weights bf16, mxfp4 (ogsgen: the value layout prepare_expert_weights picks for this GPU, hopper on an H200, and
-its N-contiguous scales) and mxfp4-strided (ogsgen's strided layout); mxfp4-kscales (probes) keeps the scales
-K-contiguous; triton_kernels' mxfp4 uses its Hopper swizzled layouts; fp8e4m3_b128 and fp8e4m3_channel (opt in with
---formats: a checkpoint's fp8 weights, x quantized by the call, fp8 cuBLAS as the dense yardstick and ceiling). Peers, measured in
-the same process: triton_kernels' matmul_ogs, vLLM's fused_moe Triton kernel (bf16: w1 as one launch with vLLM's
-default config for the H200, w2 as one launch that weights each row by its gate and a sum over the top-k, the
-expert alignment precomputed as in its TritonExperts path), torch._grouped_mm (bf16, rows pre-sorted) and
-torch.matmul (dense).
-
-Timing: triton.testing.do_bench (eager) and do_bench_cudagraph (graph), medians; a case's implementations take
-turns in the graph timing (graph_medians). Byte accounting as in
-h200_peer_baseline.md: x bytes + bytes of the weights of experts with at least one row + y bytes; TFLOP/s =
-2 * rows * K * N / time. Writes results.csv, a PNG plot, table.md (times, ratios to the peers, geometric means)
-and a printed table; the environment goes to env.json. Each case draws its inputs from a seed of its own (shape
-and T; bf16 and mxfp4 share a routing), so that every run and probe times the same routing.
-
-Each implementation's output is also compared with a float32 reference (ogsgen.matmul_ogs_torch on the same
-inputs, mxfp4 weights dequantized as ogsgen quantized them; torch.matmul in float32 for dense): results.csv
-records the relative rms and max errors, and table.md lists every output further than ERROR_LIMIT (rms) from it,
-so that a time is never quoted for a wrong result.
+Timing: do_bench (eager) and do_bench_cudagraph (graph) medians, a case's implementations in turns. Bytes: x, the
+weights of experts with a row, y; TFLOP/s = 2 * rows * K * N / time. Each case draws its inputs from a seed of its
+own (every run and probe times the same routing). Writes results.csv, a plot, table.md (ratios to the peers,
+geometric means) and env.json. Each output is compared with a float32 reference (matmul_ogs_torch of the
+dequantized operands; torch.matmul for dense): results.csv records the errors and table.md lists every output
+further than ERROR_LIMIT (rms) from it, so that no time is quoted for a wrong result.
 """
 from __future__ import annotations
 
@@ -104,6 +94,8 @@ def triton_kernels_or_none():
 def vllm_or_none():
     try:
         import vllm_peer_launch
+        if vllm_peer_launch.fused_moe_kernel is None:
+            raise ImportError("no vllm_fused_moe_kernel: python bench/fetch_peers.py third_party places it")
         return vllm_peer_launch
     except Exception as exc:  # not on PYTHONPATH, or an incompatible copy
         print(f"vLLM's fused_moe kernel not importable ({type(exc).__name__}: {exc}); peer left out", file=sys.stderr)
@@ -119,22 +111,25 @@ def vllm_fused_moe(vllm, x, w, logits, top_k, mode):
     topk_ids, gates = chosen.indices.to(torch.int32), torch.softmax(chosen.values, dim=1)
     tokens, w_enk = logits.shape[0], w.mT
     config = vllm.get_default_config(tokens, w.shape[0])
-    if mode == "gather":
-        return vllm.VllmW1(x, w_enk, topk_ids, config), lambda: vllm.torch_reference(x, w, topk_ids)
-    # w2: the same alignment over gates t*top_k+j, A's rows are those gates (top_k 1 in the kernel)
+    # (the alignment precomputed, as its TritonExperts path does before the GEMM); w2: the same alignment over
+    # gates t*top_k+j, A's rows are those gates (top_k 1 in the kernel)
     sorted_ids, expert_ids, padded_rows = vllm.prepare_expert_assignment(topk_ids, config, tokens, top_k, w.shape[0])
-    flat_gates = gates.reshape(-1).contiguous()
-    rows_out = torch.empty(x.shape[0], 1, w.shape[2], device=x.device, dtype=x.dtype)
+    gather = mode == "gather"
+    flat_gates = None if gather else gates.reshape(-1).contiguous()
+    out = torch.empty(tokens if gather else x.shape[0], top_k if gather else 1, w.shape[2], device=x.device,
+                      dtype=x.dtype)
 
-    def w2():
-        vllm.invoke_fused_moe_kernel(x, w_enk, rows_out, flat_gates, sorted_ids, expert_ids, padded_rows, True, 1,
-                                     config)
-        return rows_out.view(tokens, top_k, -1).sum(1)
+    def run():
+        vllm.invoke_fused_moe_kernel(x, w_enk, out, flat_gates, sorted_ids, expert_ids, padded_rows, not gather,
+                                     top_k if gather else 1, config)
+        return out if gather else out.view(tokens, top_k, -1).sum(1)
+    if gather:
+        return run, lambda: vllm.torch_reference(x, w, topk_ids)
 
     def reference():
         per_gate = vllm.torch_reference(x, w, topk_ids.reshape(-1, 1)).view(tokens, top_k, -1)
         return (per_gate * gates.unsqueeze(2)).sum(1)
-    return w2, reference
+    return run, reference
 
 
 def triton_kernels_mxfp4(dense_w):

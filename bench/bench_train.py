@@ -1,21 +1,16 @@
 """Benchmark a MoE expert layer's forward + backward (training) on ogsgen against torch._grouped_mm, in one run.
 
-    PYTHONPATH=. python bench/bench_train.py \
-        --out bench/results/DATE-train [--tokens 2048 8192] [--shapes gpt-oss-120b DeepSeek-V3]
+    PYTHONPATH=. python bench/bench_train.py --out bench/results/DATE-train [--tokens 2048 8192] \
+        [--shapes gpt-oss-120b DeepSeek-V3]
 
-The layer: w1 (tokens gathered to their experts, + bias, SwiGLU) then w2 (+ bias, times the gates, scattered back
-and summed over each token's top-k), bf16, with gradients for x, w1, b1, w2 and b2. ogsgen: two ogsgen.matmul_ogs
-calls, whose backward runs on ogsgen's kernels; torch: the same layer on torch._grouped_mm (its autograd), the
-rows gathered, biased, activated, weighted and summed with torch ops, its weights K-contiguous as _grouped_mm
-wants them (ogsgen's N-contiguous: each library its own layout of the same values). Shapes: gpt-oss-120b (128
-experts, top-4, width 2880, w1 N 5760) and DeepSeek-V3 (256 experts, top-8, width 7168, w1 N 4096). Times are
-triton.testing.do_bench medians of forward + backward (gradients reset between runs); TFLOP/s counts three
-products per weight (forward, dX, dW), each 2 * rows * K * N: 9 * rows * K * N1 for the layer, rows = T * top-k,
-K the width and N1 w1's N (w2's is N1 / 2). The output, dx and two experts' weight and
-bias gradients are compared with the other library's (relative rms difference), and each library's b2 gradient
-with its exact value (a sum of gates times output gradients per expert), so that no time is quoted for a wrong
-result; a rate above the GPU's ceilings measured in the same run (bench/ceilings.py) is an error in its row, and
-the run exits with status 1. Writes results.csv, table.md and env.json.
+The layer, bf16: w1 (tokens gathered, + bias, SwiGLU), w2 (+ bias, times the gates, scattered and summed over the
+top-k), with gradients for x, w1, b1, w2 and b2: two ogsgen.matmul_ogs calls (backward on ogsgen's kernels), or
+torch._grouped_mm and torch ops (K-contiguous weights, as it wants them). Times: do_bench medians of forward +
+backward. TFLOP/s counts three products per weight (y, dX, dW) of 2 * rows * K * N: 9 * rows * K * N1 (rows = T *
+top-k, K the width, N1 w1's N). The output, dx and two experts' gradients are compared with the other library's,
+and each library's b2 gradient with its exact value, so that no time is quoted for a wrong result; a rate above
+the ceilings measured in the same run (bench/ceilings.py) is an error in its row and the run exits 1. Writes
+results.csv, table.md and env.json.
 """
 from __future__ import annotations
 

@@ -1,23 +1,16 @@
-"""Probe (needs a CUDA GPU): the bench's ogsgen cases on this tree against an earlier tree, in one process.
+"""Probe (CUDA GPU): the bench's ogsgen cases on this tree against an earlier tree, in one process.
 
     git worktree add /tmp/base <commit> && bench/probes/stage_base.sh /tmp/base .base   # here, before the run
     PYTHONPATH=.:.base python bench/probes/before_after.py --out DIR [--base-name ogsgen_base] [--only LABEL...]
-        [--this-name PACKAGE]
+        [--this-name PACKAGE] [--both-orders]
 
-The earlier tree is imported as another package (``stage_base.sh`` copies it under the name ``ogsgen_base``,
-templates/ and generated/ beside it), so that both libraries run on one machine start, at one clock state: every
-case of bench/bench_moe.py (MoE shapes x formats x tokens, dense shapes) builds its inputs once per library (each
-its own routing and weight layout from the same draws), checks the two outputs are bitwise equal, and times both
-in turns (the bench's CUDA-graph rounds, each library first in half of them), then the host time of one replayed eager call of gpt-oss w1 T=1 (the
-bench's host-overhead case) and of the same call with a preallocated y (which this tree's overlap guard checks),
-alternating libraries over several rounds. Writes DIR/before_after.csv and DIR/before_after.md.
-
-Its ratios carry a bias: the library whose cases are built first (this tree) timed 2.4-4.9% slower on the
-prefill and mxfp4 cases in an A/A control (``--this-name ogsgen_base`` against a second staged copy of the same
-tree, 2026-12-03 at b811032), and about 3% with the roles swapped (2026-12-03, e43e107). ``--both-orders``
-times each case twice, once built in each order, and reports the geometric mean of the two ratios, in which the
-bias cancels (the time doubles); else compare a change's ratios with such a control run on the same machine.
-"""
+The earlier tree runs as another package (stage_base.sh copies it as ``ogsgen_base``), so both libraries share
+one machine start and clock state: every bench_moe case builds its inputs once per library, checks the outputs
+are bitwise equal and times both in turns (the bench's CUDA-graph rounds, each library first in half), then the
+host time of a replayed eager gpt-oss w1 T=1 call, with and without a preallocated y. Writes DIR/before_after.csv
+and .md. Bias: the library built first timed 2.4-4.9% slower on prefill and mxfp4 in an A/A control (2026-12-03,
+b811032; about 3% swapped, e43e107); ``--both-orders`` builds each case in both orders and reports the geometric
+mean of the two ratios, in which the bias cancels."""
 from __future__ import annotations
 
 import argparse

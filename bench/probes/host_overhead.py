@@ -1,14 +1,11 @@
-"""Where the host time of one eager ``matmul_ogs`` call goes (needs a CUDA GPU).
-
-Case: gpt-oss w1, T=1, gather, bf16 (the bench's host-overhead case), and w2 (scatter, k=4). Measured per
-call, with the GPU queue kept short: the whole call (a launch plan replayed, ogsgen.runtime.plans); its
-parts: the call's signature, the plan replayed on its tensors; the checked path that built the plan
-(plans cleared before each call); its first launch alone, as the plan launches it and through Triton's
-launcher; Triton's ``kernel[grid](**args)`` with the same arguments; and cProfiles of whole calls. The w2 case
-runs again on the persistent TMA kernel, whose launches take TMA descriptors; gpt-oss w1 T=2048 takes it by the
-heuristic, gathering x's rows in the kernel. Writes ``host_overhead.txt`` under --out.
+"""Where the host time of one eager matmul_ogs call goes (CUDA GPU).
 
     PYTHONPATH=.:third_party python bench/probes/host_overhead.py --out DIR
+
+gpt-oss w1 T=1 (gather, bf16: the bench's host-overhead case) and w2 (scatter, k=4), per call with the queue kept
+short: the whole call (a replayed launch plan) and its parts (signature, replay), the checked path, its first
+launch through the plan and through Triton's launcher, Triton's kernel[grid](**args), and cProfiles; then w2 on
+the persistent TMA kernel and gpt-oss w1 T=2048. Writes DIR/host_overhead.txt.
 """
 from __future__ import annotations
 

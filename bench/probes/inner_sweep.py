@@ -3,12 +3,10 @@
     PYTHONPATH=. python bench/probes/inner_sweep.py --out OUT [--case gpt-oss-120b:2048] \
         [--tiles 128x256x32x8x3 128x256x32x8x3p ...]
 
-The two weight gradients of bench_train's case (dW1: x's tokens gathered, its experts, width x w1 N; dW2: sorted
-rows, w2's K x width), each timed (CUDA-graph medians) under the heuristic and under each tile
-(BMxBNxBKxWARPSxSTAGES, ``p`` at the end: one program per SM looping over the tiles, else one per tile; block_k is
-the ragged-K tile, so each tile runs with its own InnerRoutingData.block_k), every output compared with the
-heuristic's. Then the whole step (bench_train's ogsgen forward + backward), with the heuristic and with
-ogsgen.runtime.inner.inner_flags replaced by the best tile of each gradient. Writes OUT/inner_sweep.txt.
+bench_train's two weight gradients (dW1: gathered tokens; dW2: sorted rows), each timed (CUDA-graph medians)
+under the heuristic and each tile (BMxBNxBKxWARPSxSTAGES, ``p``: one program per SM looping over the tiles;
+block_k is the ragged-K tile), outputs compared with the heuristic's; then bench_train's whole step with the
+heuristic and with the best tile of each gradient. Writes OUT/inner_sweep.txt.
 """
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
-"""Probe (GPU, Triton 3.6): what the TMA descriptors' L2 promotion is worth. Triton 3.6 encodes every host-side
-descriptor with a 128-byte promotion; ogsgen re-encodes a K-contiguous w's with 256 bytes (its tile rows are 128
-bytes along K, and the next K step reads the next 128: ogsgen.runtime.descriptors). This times each case's ogsgen
-call with and without that re-encoding, in turn (``bench_moe.graph_medians``), beside a second instance without it
-(an A/A control: every instance has its own tensors, and ogsgen encodes each address once, with the setting of the
-instance's first launches).
+"""Probe (GPU, Triton 3.6): what the TMA descriptors' L2 promotion is worth. Triton 3.6 encodes every descriptor
+with a 128-byte promotion; ogsgen re-encodes a K-contiguous w's with 256 bytes (ogsgen.runtime.descriptors). This
+times each case's call with and without it, in turn, beside a second instance without it (an A/A control).
 
     PYTHONPATH=.:bench python bench/probes/l2_promotion.py --out DIR [--cases "gpt-oss w1:2048" ...]
         [--formats bf16-kmajor bf16] [--promoted-first]
 
-Writes DIR/l2_promotion.csv: case, encoding, µs (CUDA-graph median), TB/s, and each instance's relative rms error
-against its own float32 reference. (Its first form, on 2026-12-03 at 3adb697, patched Triton's
-driver.c to encode every descriptor at another promotion.)
+Writes DIR/l2_promotion.csv: case, encoding, µs (CUDA-graph median), TB/s, each instance's relative rms error.
 """
 from __future__ import annotations
 

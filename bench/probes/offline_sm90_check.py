@@ -3,18 +3,13 @@
     PYTHONPATH=. python bench/probes/offline_sm90_check.py --out DIR --cases "gpt-oss w1:8192" ... \
         --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4|mxfp4-kscales] [--sass]
 
-Run it with the Triton release of the GPU machine (its ptxas decides). Each case's call goes through
-``ogsgen.matmul_ogs`` on CPU tensors of the real shapes with the launch captured (no kernel runs); the
-captured arguments go through Triton's own binder for an sm_90 target, so the binary is specialized as a
-launch on the H200 would specialize it (dtypes, 16-byte alignment, integers equal to 1 or multiples of 16,
-EVEN_K), then compiled, disassembled and checked by ``ogsgen.runtime.wgmma_hazards``. Writes
-DIR/offline_sm90_check.csv: per case and tile, each kernel launched, its hazards, registers/stack bytes per
-thread, its K loop's instruction mix (count per opcode) and shared memory (over
-227 KiB, the launch would fail). It says which tiles the shipped path runs asynchronously; only a GPU says
-how fast they are. A tile ending in ``w`` is compiled as its waiting kernel (as matmul_ogs compiles it).
-The kernels are told they compile for sm_90 (``ogsgen.numerics.jit.compiling_for``), so they choose the PTX an
-H200 would; Triton's cache key does not record that choice, so run with a fresh ``TRITON_CACHE_DIR`` where
-earlier compiles of the same kernels saw no GPU.
+Run it with the GPU machine's Triton release (its ptxas decides). Each case's matmul_ogs call runs on CPU tensors
+of the real shapes with the launch captured; the arguments go through Triton's binder for sm_90 (specialized as an
+H200 launch would be), then the binary is compiled, disassembled and checked by ogsgen.runtime.wgmma_hazards.
+Writes DIR/offline_sm90_check.csv: per case and tile, each kernel, its hazards, registers/stack bytes, its K
+loop's instruction mix and shared memory (over 227 KiB the launch fails). A tile ending in ``w`` is its waiting
+kernel. Use a fresh TRITON_CACHE_DIR: the kernels choose sm_90's PTX here, which Triton's cache key does not
+record.
 """
 from __future__ import annotations
 

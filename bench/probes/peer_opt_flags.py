@@ -3,9 +3,8 @@
     PYTHONPATH=.:third_party python bench/probes/peer_opt_flags.py --out OUT \
         --cases "DeepSeek-V3 w1 bf16-kmajor:2048" "gpt-oss w1 bf16:8192" ...
 
-Each case (bench_moe's shape name, weight format, tokens) runs once in each library; the flags each one's matmul
-launches with are recorded by wrapping triton_kernels' make_opt_flags and ogsgen's matmul launch, and written to
-OUT/peer_opt_flags.txt, one line per library and case.
+Each case (bench_moe's shape, format, tokens) runs once in each library; the flags each launches with (wrapping
+triton_kernels' make_opt_flags and ogsgen's launch) go to OUT/peer_opt_flags.txt, a line per library and case.
 """
 from __future__ import annotations
 

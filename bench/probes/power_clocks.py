@@ -1,13 +1,12 @@
-"""What limits a bench case that runs for a while: the SM clock, the power draw and the GPU's clock-event reasons
-(power cap, thermal), sampled by nvidia-smi while the case's call repeats for a few seconds (needs a CUDA GPU).
+"""What limits a long-running bench case: the SM clock, the power draw and the clock-event reasons (power cap,
+thermal), sampled by nvidia-smi while the case's call repeats for a few seconds (CUDA GPU).
 
-    PYTHONPATH=.:third_party python bench/probes/power_clocks.py --out DIR "gpt-oss w2|bf16|8192|ogsgen" \\
-        "gpt-oss w2|bf16|8192|triton_kernels" "dense|bf16|8192|torch.matmul"
+    PYTHONPATH=.:third_party python bench/probes/power_clocks.py --out DIR "gpt-oss w2|bf16|8192|ogsgen" \
+        "dense|bf16|8192|torch.matmul"
 
-A case is "shape|format|tokens|implementation" (bench_moe's MOE_SHAPES, or "dense" with tokens = M = N = K).
-Per case: the call's median time over the sampled seconds (CUDA events), its TFLOP/s, and the medians of the
-samples (SM clock, power draw) with the share of samples whose reasons include the software power cap. Writes
-power_clocks.csv (one row per case) and power_clocks_samples.csv (every sample) under --out.
+A case is "shape|format|tokens|implementation" ("dense": tokens = M = N = K). Per case: the call's median time,
+TFLOP/s, the samples' median SM clock and power, and the share capped by power. Writes power_clocks.csv and
+power_clocks_samples.csv under --out.
 """
 from __future__ import annotations
 

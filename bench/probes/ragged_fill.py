@@ -1,13 +1,11 @@
-"""How much of a large MoE call's time goes to the padding rows of its ragged tiles (needs a CUDA GPU).
+"""How much of a large MoE call's time goes to the padding rows of its ragged tiles (CUDA GPU).
 
     PYTHONPATH=.:third_party python bench/probes/ragged_fill.py --out DIR [--tokens 8192] [--formats bf16 mxfp4]
 
-Each expert's rows fill whole 128-row tiles except its last, so with the bench's random routing (about 256 rows
-per expert at T=8192) a fifth of the rows the tiles compute are padding. Per bench shape and format, ogsgen's call
-is timed (CUDA graphs, the two in turn, bench_moe.graph_medians) with the bench's routing and with a balanced one
-that gives every expert the same number of rows (T * top_k / experts: 256 at T=8192, two whole tiles), same x and
-W. Writes ragged_fill.csv under --out: row tiles and row fill (rows / (tiles * 128)) of each routing, its time and
-its TFLOP/s counting the real rows only.
+Each expert's rows fill whole 128-row tiles but its last: with the bench's routing (about 256 rows per expert at
+T=8192) a fifth of the computed rows are padding. Per shape and format, ogsgen's call is timed in turn with the
+bench's routing and with a balanced one (every expert T * top_k / experts rows), same x and W. Writes
+ragged_fill.csv: row tiles and fill of each routing, time, TFLOP/s of the real rows.
 """
 from __future__ import annotations
 

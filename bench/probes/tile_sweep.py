@@ -3,19 +3,13 @@
     PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|bf16-kmajor|mxfp4|mxfp4-strided|mxfp4-kscales]
         [--cases "gpt-oss w1:256" "dense:64x5760x2880" ...] [--tiles 16x256x128x8x3 16x256x128x8x3w ...] [--in-turn]
 
-Runs the generated kernels through ``ogsgen.matmul_ogs`` under ``opt_flags_constraints`` for each candidate
-tile and writes OUT/tile_sweep_FORMAT.csv (CUDA-graph medians, and each tile's largest difference from the
-heuristic's output relative to its largest magnitude, a check that the tile computes the same result;
-``regs``: registers/spills per thread of the matmul binaries the tile's call launches). Each tile is timed
-once, one after another, or with ``--in-turn`` a case's tiles take turns as the bench's implementations do (three
-rounds of 40 ms, median), which spreads the GPU's clock drift over them. The heuristic in
-ogsgen/runtime/opt_flags.py is tuned from these numbers; bench/NOTES.md records them.
-``replaced_by``: the MX binary had ptxas's wgmma register hazard, and the call ran this instead ("wait": the
-tile's waiting kernel; a tile: a fallback tile of the heuristic's, "-wait" if it waits; see
-ogsgen.runtime.wgmma_hazards). A tile asked for here has no fallback tiles: its own binary or waiting kernel.
-A tile ending in "w" asks for the waiting kernel itself (``wait_mma``), hazard or not; "p" runs the persistent
-TMA kernel (``persistent``); "s2" splits K in two (``split_k``; a tile without it runs unsplit, whatever the
-heuristic splits); "r128" caps ptxas at 128 registers per thread (``maxnreg``).
+Runs matmul_ogs under opt_flags_constraints for each tile; writes OUT/tile_sweep_FORMAT.csv: CUDA-graph medians,
+each tile's largest difference from the heuristic's output (relative to its largest magnitude), ``regs``
+(registers/spills per thread) and ``replaced_by`` (an MX binary with ptxas's wgmma register hazard ran this
+instead: "wait", or a fallback tile; ogsgen.runtime.wgmma_hazards). Tiles run one after another, or with
+``--in-turn`` in turns (three rounds of 40 ms, median), which spreads the clock drift. A tile's suffixes: "w" its
+waiting kernel (wait_mma), "p" the persistent TMA kernel, "s2" split K in two (else unsplit), "r128" at most 128
+registers (maxnreg).
 """
 from __future__ import annotations
 
