@@ -69,6 +69,7 @@ def test_readme_activation_is_a_catalog_file_as_written(tmp_path):
     assert "ogs_matmul_xbf16_wbf16_ybf16_bias_act_relu_squared" in result.stdout.split()
 
 
+@pytest.mark.slow  # (these examples build or train in a subprocess: the quick subset stays under 3 minutes)
 def test_custom_activation_example(tmp_path):
     out = tmp_path / "my_kernels"
     subprocess.run([sys.executable, "-m", "ogsgen", "build", "--spec", str(EXAMPLES / "custom_activation.py"),
@@ -86,6 +87,7 @@ def test_moe_layer_example(tmp_path):
     assert "MoE layer matches torch" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["fp8e4m3_b128", "fp8e4m3_channel"])
 def test_deepseek_fp8_layer_example(fmt, tmp_path):
     result = subprocess.run([sys.executable, str(EXAMPLES / "deepseek_fp8_layer.py"), "--format", fmt], env=_env(),
@@ -94,6 +96,7 @@ def test_deepseek_fp8_layer_example(fmt, tmp_path):
     assert f"{fmt} MoE layer" in result.stdout and "matches torch" in result.stdout
 
 
+@pytest.mark.slow
 def test_custom_epilogue_example(tmp_path):
     out = tmp_path / "my_epilogue_kernels"
     subprocess.run([sys.executable, "-m", "ogsgen", "build", "-q", "--spec", str(EXAMPLES / "custom_epilogue.py"),
@@ -104,6 +107,7 @@ def test_custom_epilogue_example(tmp_path):
     assert "matches torch (dense and top-2 MoE)" in result.stdout
 
 
+@pytest.mark.slow
 def test_train_moe_example(tmp_path):
     result = subprocess.run([sys.executable, str(EXAMPLES / "train_moe.py")], env=_env(), cwd=tmp_path,
                             capture_output=True, text=True)

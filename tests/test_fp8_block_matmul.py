@@ -141,6 +141,7 @@ def test_errors(device):
         matmul_ogs(x.float().requires_grad_(), w, None, precision_config=PrecisionConfig(weight_scale=scales))
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_fuzz_moe_calls(data):
