@@ -70,6 +70,13 @@ def test_moe_layer_example(tmp_path):
     assert "MoE layer matches torch" in result.stdout
 
 
+def test_mxfp8_moe_layer_example(tmp_path):
+    result = subprocess.run([sys.executable, str(EXAMPLES / "mxfp8_moe_layer.py")], env=_env(), cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "mxfp8 x mxfp4 MoE layer" in result.stdout and "matches torch" in result.stdout
+
+
 @pytest.mark.parametrize("fmt", ["fp8e4m3_b128", "fp8e4m3_channel"])
 def test_deepseek_fp8_layer_example(fmt, tmp_path):
     result = subprocess.run([sys.executable, str(EXAMPLES / "deepseek_fp8_layer.py"), "--format", fmt], env=_env(),

@@ -301,3 +301,27 @@ def test_gathered_rows_scales_must_be_the_tokens(device):
     with pytest.raises(ogsgen.SpecError, match=r"shape \(6, 2\) for x of shape \(6, 64\), got \(12, 2\)"):
         matmul_ogs(xv, w, None, rd, gather_indx=gi,
                    precision_config=PrecisionConfig(act_scale=xs.repeat(2, 1), **fields))
+
+
+def test_quantize_mx_as_a_processs_first_launch_is_right(tmp_path):
+    """quantize_mx, the way to make an mxfp8 x, corrects Triton's CPU interpreter before its launch as matmul_ogs
+    does (uncorrected, fp32 -> e4m3 casts drop the carry of a round-up: 1.97 became 1.0); and dequantize_mx."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's corrections: CPU only")
+    script = ("import torch\n"
+              "from ogsgen.numerics import dequantize_mx, quantize_mx, quantize_mx_torch\n"
+              "x = torch.linspace(-30, 30, 4 * 96).reshape(4, 96) * 1.0001\n"
+              "values, scales = quantize_mx(x, 'e4m3')\n"
+              "want = quantize_mx_torch(x, 'e4m3')\n"
+              "assert torch.equal(values.view(torch.uint8), want[0].view(torch.uint8)), 'values'\n"
+              "assert torch.equal(scales, want[1]), 'scales'\n"
+              "nan = torch.full((1, 32), 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn)\n"
+              "assert dequantize_mx(nan, torch.full((1, 1), 127, dtype=torch.uint8), 'e4m3').isnan().all(), 'NaN'\n"
+              "print('first launch ok')\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and "first launch ok" in done.stdout, done.stderr[-2000:]
