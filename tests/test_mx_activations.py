@@ -325,3 +325,17 @@ def test_quantize_mx_as_a_processs_first_launch_is_right(tmp_path):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
     done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0 and "first launch ok" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("w_format", ["bf16", "mxfp4"])
+def test_a_replayed_call_reads_its_own_scales(w_format, device):
+    """A repeated call replays the first one's launch plan: with other scales (each code one more: x doubled) and
+    another x, it computes with them."""
+    xv, xs, x_ref = mx_x((24, 96), "e4m3", device)
+    w, fields, w_ref = weights(w_format, 96, 64, device)
+    outputs = []
+    for values, scales in ((xv, xs), (xv.clone(), xs + 1), (-xv.float(), xs)):
+        outputs.append(matmul_ogs(values.to(torch.float8_e4m3fn), w, None, precision_config=PrecisionConfig(
+            act_scale=scales, out_dtype=torch.float32, **fields)))
+    assert_fp32_sums(x_ref @ w_ref, fp32_bound(x_ref, w_ref), outputs[0])
+    assert torch.equal(outputs[1], 2 * outputs[0]) and torch.equal(outputs[2], -outputs[0])
