@@ -6,7 +6,8 @@ import torch
 from ogsgen import (Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig, matmul_ogs,
                     matmul_ogs_torch)
 from ogsgen.numerics import (FP8_BLOCK, actual_scale_torch, dequantize_fp8_torch, dequantize_mx_torch, quantize_fp8_torch,
-                             quantize_mx, swizzle_mx_values)
+                             quantize_mx, quantize_mx_torch, swizzle_mx_values)
+from ogsgen.numerics.mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK
 from ogsgen.spec import KernelVariant
 from ogsgen.testing import assert_close
 
@@ -36,6 +37,22 @@ def exact_fp8(shape, dtype, device):
     return (values * torch.where(torch.rand(shape, device=device) < 0.5, -1.0, 1.0)).to(dtype)
 
 
+def check_mx_output(ref, values, scales, element, rtol=1e-6):
+    """The kernel's MX output against the float32 reference: each scale the reference's, or (where summation order
+    moved a block's largest value across a power of two) one code from it, and each value within half an element
+    ulp of the reference under its block's scale (the kernel rounds to nearest), plus ``rtol`` of it for what the
+    reference rounds elsewhere (summation order; an intermediate rounding)."""
+    ref_scales = quantize_mx_torch(ref, element, axis=-1)[1]
+    assert ((scales.int() - ref_scales.int()).abs() <= 1).all()
+    assert (scales == ref_scales).float().mean() > 0.95
+    _, emax, _ = ELEMENT_MAX[element]
+    half_ulp = 2.0 ** emax * torch.finfo(FP8_DTYPES[element]).eps / 2  # in the largest values' binade, unscaled
+    bound = (half_ulp * torch.exp2(scales.float() - 127)).repeat_interleave(MX_BLOCK, -1)[..., :ref.shape[-1]]
+    error = (dequantize_mx_torch(values, scales, element) - ref).abs()
+    assert (error <= bound + rtol * ref.abs()).all(), \
+        f"largest error {(error / bound).max().item():.3g} of half an ulp"
+
+
 class Operands:
     """x and w for a variant's formats, their float32 reference values and the precision config."""
 
@@ -48,6 +65,12 @@ class Operands:
             self.x = _operand(x_shape, torch.bfloat16, device, x_transposed)
             block = (1, FP8_BLOCK) if variant.x.block_size else (1, 0)
             self.x_ref = dequantize_fp8_torch(*quantize_fp8_torch(self.x.float(), block), block)
+        elif variant.x.scaling == "block_e8m0":
+            # mxfp8 x: quantize_mx's values and e8m0 scales along K; the kernel multiplies their bf16 upcast
+            values, self.pc_fields["act_scale"] = quantize_mx(torch.randn(x_shape, device=device), variant.x.element)
+            self.x = values
+            self.x_ref = dequantize_mx_torch(values, self.pc_fields["act_scale"], variant.x.element,
+                                             dtype=torch.bfloat16).float()
         elif variant.x.scaling == "flexpoint":
             self.x = exact_fp8(x_shape, variant.x.torch_dtype, device)
             x_scale = torch.tensor([1.25], device=device)
@@ -82,19 +105,29 @@ class Operands:
             self.w_ref = self.w.float()
         self.flex = flex
 
-    def precision_config(self, ref, allow_tf32=True) -> PrecisionConfig:
-        """The call's config; a flexpoint output gets an expected scale that maps max |ref| to 100."""
-        flex = dict(self.flex)
+    def precision_config(self, ref, allow_tf32=True, out_shape=None) -> PrecisionConfig:
+        """The call's config; a flexpoint output gets an expected scale that maps max |ref| to 100, an MX output
+        (of ``out_shape``, else ref's) NaN-poisoned scales."""
+        flex, fields = dict(self.flex), dict(self.pc_fields)
+        if self.variant.y.scaling == "block_e8m0":
+            shape = tuple(out_shape or ref.shape)
+            self.out_scale = torch.full((*shape[:-1], -(-shape[-1] // MX_BLOCK)), 255, dtype=torch.uint8,
+                                        device=ref.device)
+            fields["out_scale"] = self.out_scale
         if self.variant.y.scaling == "flexpoint":
             self.expected = (ref.abs().max().clamp_min(1e-6) / 100).reshape(1)
             self.actual = torch.full((1,), float("nan"), device=ref.device)
             flex["out_data"] = OutFlexData(expected_scale=self.expected, actual_scale=self.actual)
         return PrecisionConfig(out_dtype=self.variant.y.torch_dtype, allow_tf32=allow_tf32,
-                               flex_ctx=FlexCtx(**flex), **self.pc_fields)
+                               flex_ctx=FlexCtx(**flex), **fields)
 
     def check(self, ref, result, maxtol, rmstol, what):
         if self.variant.w.element == "e2m1":
             maxtol = max(maxtol, 3e-2)  # upstream's mxfp4 tolerance
+        if self.variant.y.scaling == "block_e8m0":
+            rows = ref.shape[-2]
+            check_mx_output(ref, result, self.out_scale[..., :rows, :], self.variant.y.element, rtol=1e-5)
+            return
         if self.variant.y.scaling == "flexpoint":
             dtype = self.variant.y.torch_dtype
             scale = actual_scale_torch(ref, dtype)
@@ -177,8 +210,8 @@ def run_moe_case(variant: KernelVariant, n_tokens: int, n: int, k: int, n_expts:
                            round_y=(lambda t: t.to(scratch_dtype).float()) if rounds_rows else None, **kwargs)
     n_routed = out_rows if variant.scatter else int(routing_data.expt_hist.sum())
     with opt_flags_constraints(**({"split_k": split_k} if split_k else {})):
-        result = matmul_ogs(x, w, bias, routing_data, y=y, precision_config=ops.precision_config(ref[:n_routed]),
-                            **kwargs)
+        result = matmul_ogs(x, w, bias, routing_data, y=y,
+                            precision_config=ops.precision_config(ref[:n_routed], out_shape=y.shape), **kwargs)
     assert result.data_ptr() == y.data_ptr()
     # Rows past the routed ones (dropped gates, no scatter) are left unwritten.
     ops.check(ref[:n_routed], result[:n_routed], maxtol, rmstol,

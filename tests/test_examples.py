@@ -88,6 +88,49 @@ def test_moe_layer_example(tmp_path):
 
 
 @pytest.mark.slow
+def test_mxfp8_moe_layer_example(tmp_path):
+    result = subprocess.run([sys.executable, str(EXAMPLES / "mxfp8_moe_layer.py")], env=_env(), cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "mxfp8 x mxfp4 MoE layer" in result.stdout and "matches torch" in result.stdout
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| path")]
+
+
+@pytest.mark.slow
+def test_format_accuracy_example_and_the_docs_table(tmp_path):
+    """The accuracy script at a small width: its errors in the order the formats imply, the table written between
+    the markers of a markdown file, and docs/formats.md's table listing the script's paths (its numbers come from
+    the script at its default width)."""
+    doc = tmp_path / "formats.md"
+    markers = (ROOT / "docs" / "formats.md").read_text()
+    start = markers.index("<!-- format accuracy table")
+    doc.write_text("before\n" + markers[start:markers.index("<!-- end of the format accuracy table -->", start)]
+                   + "<!-- end of the format accuracy table -->\nafter\n")
+    result = subprocess.run([sys.executable, str(EXAMPLES / "format_accuracy.py"), "--tokens", "16", "--hidden", "64",
+                             "--experts", "4", "--top-k", "2", "--write", str(doc)],
+                            env={**_env(), "OGSGEN_CACHE_DIR": str(tmp_path / "kernels")}, cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {row[0]: [float(v) for v in row[4:]] for row in _table_rows(result.stdout)}
+    assert len(rows) == 8
+    bf16 = rows["bf16 x, bf16 w"]
+    assert bf16[0] < 1e-2 and bf16[2] < 1e-2
+    for name, (layer_rms, _, own_rms) in rows.items():
+        if "mxfp4" in name:   # mxfp4 weights dominate the error
+            assert layer_rms > 5 * bf16[0], name
+        # bf16 x and h add bf16's rounding to the path's weights; mxfp8 x and h add e4m3's (3 mantissa bits)
+        assert (1e-2 < own_rms < 1e-1) if name.startswith(("mxfp8 x", "fp8e4m3_b128")) else own_rms < 1e-2, name
+    written = doc.read_text()
+    assert written.startswith("before\n") and written.endswith("after\n") and result.stdout.strip() in written
+    documented = _table_rows((ROOT / "docs" / "formats.md").read_text()[start:])
+    assert [row[:4] for row in documented] == [row[:4] for row in _table_rows(result.stdout)]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["fp8e4m3_b128", "fp8e4m3_channel"])
 def test_deepseek_fp8_layer_example(fmt, tmp_path):
     result = subprocess.run([sys.executable, str(EXAMPLES / "deepseek_fp8_layer.py"), "--format", fmt], env=_env(),

@@ -13,6 +13,7 @@ from ogsgen.spec import (BF16, FP8_E4M3, FP8_E5M2, FP16, MXFP4, MXFP4_HOPPER, MX
                          variant_product)
 from ogsgen.spec.catalog import _expand
 from ogsgen.testing import assert_close
+from cases import check_mx_output
 
 ELEMENTS = ["e2m1", "e4m3", "e5m2"]
 
@@ -476,22 +477,6 @@ def test_bitwise_invariance(device):
 
 # ---------------------------------------------------------------- MX outputs
 
-def _check_mx_output(ref, values, scales, element, rtol=1e-6):
-    """The kernel's MX output against the float32 reference: each scale the reference's, or (where summation order
-    moved a block's largest value across a power of two) one code from it, and each value within half an element
-    ulp of the reference under its block's scale (the kernel rounds to nearest), plus ``rtol`` of it for what the
-    reference rounds elsewhere (summation order; an intermediate rounding)."""
-    ref_scales = quantize_mx_torch(ref, element, axis=-1)[1]
-    assert ((scales.int() - ref_scales.int()).abs() <= 1).all()
-    assert (scales == ref_scales).float().mean() > 0.95
-    _, emax, _ = ELEMENT_MAX[element]
-    half_ulp = 2.0 ** emax * torch.finfo(FP8_DTYPES[element]).eps / 2  # in the largest values' binade, unscaled
-    bound = (half_ulp * torch.exp2(scales.float() - 127)).repeat_interleave(MX_BLOCK, -1)[..., :ref.shape[-1]]
-    error = (dequantize_mx_torch(values, scales, element) - ref).abs()
-    assert (error <= bound + rtol * ref.abs()).all(), \
-        f"largest error {(error / bound).max().item():.3g} of half an ulp"
-
-
 @pytest.mark.parametrize("w_format,element", [("bf16", "e4m3"), ("mxfp4", "e5m2")])
 @pytest.mark.parametrize("swiglu", [False, True])
 @pytest.mark.parametrize("split_k", [1, 2])
@@ -515,7 +500,7 @@ def test_mx_output(w_format, element, swiglu, split_k, device):
     assert y.dtype == out_dtype and y.shape == (m, n_out)
     ref = matmul_ogs_torch(x.float(), w_ref, None, fused_activation=act,
                            precision_config=PrecisionConfig(out_dtype=torch.float32))
-    _check_mx_output(ref, y, out_scale, element)
+    check_mx_output(ref, y, out_scale, element)
 
 
 @pytest.mark.parametrize("split_k", [1, 2])
@@ -534,7 +519,7 @@ def test_mx_output_after_top_k_scatter(split_k, device):
                            precision_config=PrecisionConfig(out_dtype=torch.float32),
                            round_y=(lambda t: t.bfloat16().float()) if split_k == 1 else None)
     # (the kernel rounds a row to bf16 before the gammas multiply, the reference after it: a bf16 ulp apart)
-    _check_mx_output(ref, y, out_scale, "e4m3", rtol=2.0 ** -8 if split_k == 1 else 1e-6)
+    check_mx_output(ref, y, out_scale, "e4m3", rtol=2.0 ** -8 if split_k == 1 else 1e-6)
 
 
 @pytest.mark.usefixtures("kernels_on_demand")
@@ -567,7 +552,7 @@ def test_mx_output_of_a_width_that_is_not_whole_scale_blocks(path, swiglu, devic
             y = matmul_ogs(x, w, None, precision_config=pc, fused_activation=act)
         ref = matmul_ogs_torch(x.float(), w.float(), None, fused_activation=act, precision_config=fp32)
     assert y.shape == ref.shape and y.shape[-1] == n_out
-    _check_mx_output(ref, y, out_scale, "e4m3", rtol=2.0 ** -8 if path == "top_k" else 1e-6)
+    check_mx_output(ref, y, out_scale, "e4m3", rtol=2.0 ** -8 if path == "top_k" else 1e-6)
 
 
 def test_mx_output_errors(device):
@@ -594,13 +579,14 @@ def test_format_errors(device):
         matmul_ogs(x[:, :63], values, None, precision_config=PrecisionConfig(weight_scale=scales))
     with pytest.raises(ogsgen.SpecError, match="w is uint8 .*weight_scale is None"):
         matmul_ogs(x, values, None)
-    with pytest.raises(ogsgen.SpecError, match="MX weights need bf16 or fp16 x"):
+    with pytest.raises(ogsgen.SpecError, match="MX weights need bf16, fp16 or mxfp8 x"):
         matmul_ogs(x.float(), values, None, precision_config=PrecisionConfig(weight_scale=scales))
-    with pytest.raises(ogsgen.SpecError, match="act_scale makes x mxfp8, which needs mx weights"):
-        matmul_ogs(x, x.mT.contiguous(), None, precision_config=PrecisionConfig(act_scale=scales))
-    with pytest.raises(ogsgen.UnsupportedError, match="mxfp8 activations need native MX matmul hardware"):
-        matmul_ogs(x, values, None, precision_config=PrecisionConfig(weight_scale=scales, act_scale=scales))
     fp8 = x.to(torch.float8_e4m3fn)
+    with pytest.raises(ogsgen.SpecError, match="MX weights need bf16, fp16 or mxfp8 x .* fp8 x with a flexpoint scale "
+                                               "is not taken"):
+        matmul_ogs(fp8, values, None, precision_config=PrecisionConfig(weight_scale=scales))
+    with pytest.raises(ogsgen.SpecError, match="act_scale of uint8 .* makes x mxfp8: x must be torch.float8_e4m3fn"):
+        matmul_ogs(x, values, None, precision_config=PrecisionConfig(weight_scale=scales, act_scale=scales))
     with pytest.raises(ogsgen.SpecError, match="lhs_data.scale is set but the operand is bf16"):
         matmul_ogs(x, x.mT.contiguous(), None,
                    precision_config=PrecisionConfig(flex_ctx=FlexCtx(lhs_data=InFlexData(scale=torch.ones(1)))))

@@ -114,10 +114,17 @@ def test_variants_the_spec_expresses_but_no_template_renders_yet():
         KernelVariant(BF16, MXFP4, MXFP4_HOPPER).check_supported()
     with pytest.raises(SpecError, match="the hopper layout holds mxfp4 values"):
         NumericFormat("e4m3", "block_e8m0", 32, layout="hopper")
-    with pytest.raises(UnsupportedError, match="mx activations have no code path"):
-        KernelVariant(MXFP8_E4M3, MXFP4, BF16).check_supported()
-    with pytest.raises(UnsupportedError, match="MX weights need bf16 or fp16 x"):
+    KernelVariant(MXFP8_E4M3, MXFP4_HOPPER, BF16).check_supported()  # mx activations: upcast to bf16 as well
+    with pytest.raises(UnsupportedError, match="mx activations are mxfp8 .* not mxfp4"):
+        KernelVariant(MXFP4, BF16, BF16).check_supported()
+    with pytest.raises(UnsupportedError, match="mxfp8 activations are upcast to bf16 .* got fp16"):
+        KernelVariant(MXFP8_E4M3, FP16, BF16).check_supported()
+    with pytest.raises(UnsupportedError, match="mxfp8 activations are upcast to bf16 .* got fp8e4m3_b128"):
+        KernelVariant(MXFP8_E4M3, FP8_E4M3_B128, BF16).check_supported()
+    with pytest.raises(UnsupportedError, match="MX weights need bf16, fp16 or mxfp8 x"):
         KernelVariant(FP32, MXFP4, FP32).check_supported()
+    with pytest.raises(UnsupportedError, match="MX weights need .* fp8 x with a flexpoint scale is not taken"):
+        KernelVariant(FP8_E4M3, MXFP4, BF16).check_supported()
     with pytest.raises(UnsupportedError, match="must share a format"):
         KernelVariant(BF16, FP16, BF16).check_supported()
 

@@ -55,21 +55,25 @@ def test_retired_wgmmas_and_other_registers_are_not_hazards():
 
 def _compile_offline(name: str, tile, wait_mma: bool, waiting_compile: bool = True, arch: int = 90,
                      even_k: bool = True, scales_n_contiguous: bool = False):
-    """An offline compile of a generated hopper-layout MX kernel for sm_<arch> with Triton's own ptxas (no GPU
-    needed); ``even_k``: K a multiple of BLOCK_K;
+    """An offline compile of a generated MX kernel (hopper-layout or MX-activation) for sm_<arch> with Triton's own
+    ptxas (no GPU needed); ``even_k``: K a multiple of BLOCK_K;
     ``scales_n_contiguous``: scales stored as prepare_expert_weights stores them (else K-contiguous)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from ogsgen.numerics.jit import compiling_for
     from ogsgen.runtime import loader
-    kernel = loader.kernel_for(DEFAULT[name])
-    pointers = dict(Y="*bf16", X="*bf16", W="*i32" if DEFAULT[name].w.layout == "hopper" else "*u8",
-                    WMxScale="*u8", Bias="*fp32", SliceSizes="*i32", SliceOffs="*i32", BlockSchedule="*i64",
-                    GatherIndx="*i32")
+    variant = DEFAULT[name]
+    kernel = loader.kernel_for(variant)
+    w_pointer = {"hopper": "*i32", "strided": "*u8"}[variant.w.layout] if variant.w.scaling != "none" else "*bf16"
+    pointers = dict(Y="*bf16", X="*fp8e4nv" if variant.x.scaling == "block_e8m0" else "*bf16", W=w_pointer,
+                    XMxScale="*u8", WMxScale="*u8", Bias="*fp32", SliceSizes="*i32", SliceOffs="*i32",
+                    BlockSchedule="*i64", GatherIndx="*i32")
     signature = {arg: pointers.get(arg, "i32") for arg in kernel.arg_names}
     signature.update({arg: "fp32" for arg in ("out_alpha", "act_alpha", "act_limit") if arg in signature})
-    constants = dict(stride_x_k=1, stride_w_k=1, stride_y_n=1, GROUP_M=8, EVEN_K=even_k, OFFSETS_64=False,
-                     **{"stride_wmx_n" if scales_n_contiguous else "stride_wmx_k": 1},
+    unit_strides = ["stride_x_k", "stride_y_n", "stride_w_n" if variant.w.scaling == "none" else "stride_w_k",
+                    "stride_xmx_k", "stride_wmx_n" if scales_n_contiguous else "stride_wmx_k"]
+    constants = dict(GROUP_M=8, EVEN_K=even_k, OFFSETS_64=False,
+                     **{stride: 1 for stride in unit_strides if stride in kernel.arg_names},
                      WAIT_MMA=wait_mma,
                      **dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), tile[:3])))
     if DEFAULT[name].activation is not None:
@@ -110,6 +114,17 @@ def hazards_in_sm90_compiles() -> str:
             result["unhooked"] = "compiled"
         except Exception as exc:  # Triton wraps ptxas's failure in its own exception types
             result["unhooked"] = str(exc)
+    return json.dumps(result)
+
+
+def mx_activation_hazards() -> str:
+    """JSON {wait_mma: in-flight hazards} of the dense kernel of mxfp8 x and bf16 w (x upcast in registers,
+    the wgmma's A operand) at its large-batch tile, K with a tail, and the ptxas version."""
+    result = {"ptxas": _ptxas_version()}
+    for wait_mma in (False, True):
+        compiled = _compile_offline("ogs_matmul_xmxfp8e4m3_wbf16_ybf16", (128, 128, 128, 8, 4), wait_mma,
+                                    even_k=False)
+        result[str(wait_mma)] = len(find_hazards(wgmma_hazards.sass_of(compiled.asm["cubin"])))
     return json.dumps(result)
 
 
@@ -173,6 +188,16 @@ def test_wait_mma_removes_the_hazard_from_a_real_sm90_binary():
         assert result["False"][1] > 0
     # Compiled without ogsgen's waiting compile, ptxas refuses the waiting kernel by the marker's name.
     assert WGMMA_WAITS_MARKER in result["unhooked"]
+
+
+@pytest.mark.slow
+def test_wait_mma_removes_the_hazard_from_an_mx_activation_sm90_binary():
+    # mxfp8 x with bf16 w: the upcast x is the wgmma's register operand. Triton 3.6's ptxas (12.8) overwrites it in
+    # flight at the prefill tile (49 places, offline); the waiting kernel is clean, and every Triton's check runs.
+    result = _run_offline("mx_activation_hazards")
+    assert result["True"] == 0
+    if tuple(result["ptxas"]) == (12, 8):
+        assert result["False"] > 0
 
 
 @pytest.mark.slow
@@ -255,7 +280,7 @@ def test_the_waiting_compile_hook_is_restored_after_overlapping_threads(monkeypa
 
 
 @pytest.mark.parametrize("name", ["ogs_matmul_xbf16_wmxfp4hopper_ybf16_bias", "ogs_matmul_xbf16_wmxfp4_ybf16",
-                                  "ogs_matmul_xbf16_wmxfp8e4m3_yfp32"])
+                                  "ogs_matmul_xbf16_wmxfp8e4m3_yfp32", "ogs_matmul_xmxfp8e4m3_wbf16_ybf16"])
 def test_wait_mma_computes_the_same(name, device):
     variant = DEFAULT[name]
     with ogsgen.opt_flags_constraints(wait_mma=True, block_m=16, block_n=32, block_k=64):
@@ -324,6 +349,19 @@ def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch, de
     assert matmul.hazard_replacements() == 1
     tile = launches[0][1:3]
     assert launches == [(False, *tile, True), (True, *tile, True), (True, *tile, True), (True, *tile, False)]
+
+
+def test_an_mx_activation_binary_with_the_hazard_runs_its_waiting_kernel(monkeypatch, device):
+    # mxfp8 x with bf16 w: x, upcast in registers, is the wgmma's register operand; its binaries are checked too
+    # (Triton 3.6's prefill binaries have the hazard: test_wait_mma_removes_the_hazard_from_an_mx_activation_...).
+    from ogsgen.numerics import quantize_mx
+    launches = _simulate_hopper(monkeypatch, lambda args, options: None if args["WAIT_MMA"] else _hazard())
+    x_values, x_scales = quantize_mx(torch.randn(8, 256, device=device), "e4m3")
+    w = torch.randn(256, 128, device=device).bfloat16()
+    with pytest.warns(RuntimeWarning, match="wait for each wgmma"):
+        ogsgen.matmul_ogs(x_values, w, None, precision_config=ogsgen.PrecisionConfig(act_scale=x_scales))
+    tile = launches[0][1:3]
+    assert launches == [(False, *tile, True), (True, *tile, True)]
 
 
 def test_a_replacement_holds_for_its_own_binary_only(monkeypatch, device):

@@ -1,7 +1,7 @@
 """Probe, no GPU needed: which launch parameters give an MX kernel ptxas's in-flight wgmma register hazard.
 
     PYTHONPATH=. python bench/probes/offline_sm90_check.py --out DIR --cases "gpt-oss w1:8192" ... \
-        --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4|mxfp4-kscales] [--sass]
+        --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4|mxfp4-kscales|bf16] [--x mxfp8] [--sass]
 
 Run it with the GPU machine's Triton release (its ptxas decides). Each case's matmul_ogs call runs on CPU tensors
 of the real shapes with the launch captured; the arguments go through Triton's binder for sm_90 (specialized as an
@@ -46,23 +46,30 @@ SM90 = GPUTarget("cuda", 90, 32)
 H200_SHARED_LIMIT = 232448  # bytes a block may use on sm_90
 
 
-def case_call(name: str, tokens: int, weight_format: str, max_experts: int):
+def case_call(name: str, tokens: int, weight_format: str, max_experts: int, x_format: str = "bf16"):
     """A function running the case's ``matmul_ogs`` call on CPU tensors of its shapes (contents unused). Beyond
     ``max_experts`` experts, fewer experts and tokens with the same rows per expert: the same launch parameters
     and binaries (no kernel specializes on either count), a fraction of the memory."""
-    if weight_format not in ("mxfp4", "mxfp4-kscales"):
-        raise SystemExit("only the hopper layout is checked (--format mxfp4 or mxfp4-kscales): the other kernels "
-                         "read W from shared memory")
+    if weight_format not in ("mxfp4", "mxfp4-kscales") and x_format != "mxfp8":
+        raise SystemExit("only register operands are checked (--format mxfp4 or mxfp4-kscales, or --x mxfp8): the "
+                         "other kernels read W and x from shared memory")
     n_expts, top_k, k, n, mode = MOE_SHAPES[name]
     if n_expts > max_experts:
         tokens, n_expts = max(1, tokens * max_experts // n_expts), max_experts
     rd, gi, si = routing_torch(torch.randn(tokens, n_expts), top_k)
-    x = torch.empty((tokens if mode == "gather" else tokens * top_k), k, dtype=torch.bfloat16)
+    rows = tokens if mode == "gather" else tokens * top_k
+    x = torch.empty(rows, k, dtype=torch.float8_e4m3fn if x_format == "mxfp8" else torch.bfloat16)
+    # mxfp8 x: e8m0 scales (rows, K / 32) as quantize_mx makes them
+    fields = dict(act_scale=torch.zeros(rows, k // 32, dtype=torch.uint8)) if x_format == "mxfp8" else {}
     # Stored as bench_moe stores them (strides are specialized): scales N-contiguous, or K-contiguous as
     # quantize_mx makes them along K for mxfp4-kscales.
-    w = swizzle_mx_values(torch.zeros(n_expts, n, k // 2, dtype=torch.uint8).mT, capability=(9, 0))
-    scales = torch.zeros(n_expts, n, k // 32, dtype=torch.uint8).mT
-    pc = ogsgen.PrecisionConfig(weight_scale=scales if weight_format == "mxfp4-kscales" else scales.contiguous())
+    if weight_format == "bf16":
+        w = torch.empty(n_expts, k, n, dtype=torch.bfloat16)
+    else:
+        w = swizzle_mx_values(torch.zeros(n_expts, n, k // 2, dtype=torch.uint8).mT, capability=(9, 0))
+        scales = torch.zeros(n_expts, n, k // 32, dtype=torch.uint8).mT
+        fields["weight_scale"] = scales if weight_format == "mxfp4-kscales" else scales.contiguous()
+    pc = ogsgen.PrecisionConfig(**fields)
     kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si, gammas=rd.gate_scal.float())
     return lambda: ogsgen.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs)
 
@@ -83,8 +90,9 @@ def captured_launches(call, tile):
 
 
 def k_loop_mix(sass: str) -> str:
-    """The K loop (the longest loop issuing wgmmas): its instruction count, then the count per opcode."""
-    body = max((b for b in wgmma_hazards.loops(sass) if any("HGMMA" in text for _, text in b)), key=len)
+    """The K loop (the longest loop issuing wgmmas, or mma.sync's HMMA for 16-row tiles): its instruction count, then
+    the count per opcode."""
+    body = max((b for b in wgmma_hazards.loops(sass) if any(re.search(r"\bH[G]?MMA", text) for _, text in b)), key=len)
     opcodes = Counter(re.sub(r"^@!?U?P[T0-9]+\s+", "", text).split()[0].split(".")[0] for _, text in body)
     return f"{len(body)}: " + " ".join(f"{op} {n}" for op, n in opcodes.most_common())
 
@@ -118,7 +126,8 @@ def compile_for_sm90(kernel, args: dict, options: dict):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--format", default="mxfp4", choices=["mxfp4", "mxfp4-kscales"])
+    parser.add_argument("--format", default="mxfp4", choices=["mxfp4", "mxfp4-kscales", "bf16"])
+    parser.add_argument("--x", default="bf16", choices=["bf16", "mxfp8"], help="mxfp8: MX activations")
     parser.add_argument("--sass", action="store_true", help="also write each kernel's SASS listing to DIR")
     parser.add_argument("--cases", nargs="+", required=True, help='"shape:tokens", shapes as in bench_moe')
     parser.add_argument("--tiles", nargs="+", default=[],
@@ -130,7 +139,7 @@ def main():
     rows = []
     for case in args.cases:
         name, tokens = case.rsplit(":", 1)
-        call = case_call(name, int(tokens), args.format, args.max_experts)
+        call = case_call(name, int(tokens), args.format, args.max_experts, args.x)
         for tile in tiles:
             row = dict(case=case, tile="heuristic" if tile is None else tile_name(tile))
             try:

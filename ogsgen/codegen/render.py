@@ -77,9 +77,9 @@ def helpers_used(variant: KernelVariant) -> dict:
     helpers = {}
     if variant.w.layout == "hopper":
         helpers["upcast_mxfp4_hopper_words"] = jit.upcast_mxfp4_hopper_words
-    elif variant.w.scaling == "block_e8m0":
+    if (variant.w.layout != "hopper" and variant.w.scales_apply == "operand") or variant.x.scales_apply == "operand":
         helpers["upcast_mx_rows"] = jit.upcast_mx_rows
-    if variant.w.scaling == "block_e8m0":
+    if variant.upcasts_in_registers:
         helpers["request_wgmma_waits"] = jit.request_wgmma_waits
     if variant.y.scaling == "block_e8m0":
         helpers["scale_mx_rows"] = jit.scale_mx_rows
@@ -136,7 +136,7 @@ def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
         do_not_specialize=per_call_names(variant, kernel_of(variant)),
         persistent_signature=signature_lines(variant, "persistent") if variant.has_persistent_kernel else [],
         persistent_do_not_specialize=per_call_names(variant, "persistent") if variant.has_persistent_kernel else [],
-        x_tl_dtype=_TL_DTYPE[variant.x.element],
+        dot_tl_dtype=_TL_DTYPE[variant.dot_element],
         y_tl_dtype=_TL_DTYPE[variant.y.element],
         y_max_finite=_MAX_FINITE.get(variant.y.element, ""),
         fp8_dot=variant.fp8_dot,

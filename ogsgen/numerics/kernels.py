@@ -9,6 +9,7 @@ import triton.language as tl
 from ..devices import check_kernel_device
 from ..errors import SpecError
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
+from . import interpreter
 from .jit import pack_e2m1_rows, scale_mx_rows, upcast_mx_rows
 from .mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK, _check, _check_axis, _check_tensor
 
@@ -63,6 +64,13 @@ def _dequantize_rows(Values, Scales, Out, n_rows, size, stride_v, stride_s, stri
 _BLOCK_R, _BLOCK_S = 16, 128
 
 
+def _prepare_interpreter(t: torch.Tensor, element: str) -> None:
+    """On the CPU: Triton's interpreter corrected before the launch, as matmul_ogs does (uncorrected, it rounds fp32
+    to fp8 and reads fp8's NaN wrongly, and cannot run the e2m1 upcast's PTX)."""
+    if not t.is_cuda:
+        interpreter.prepare((element,))
+
+
 def quantize_mx(x: torch.Tensor, element: str, axis: int = -1, rounding: str = "up"):
     """Quantize ``x`` along ``axis`` to MX on its device: (values, scales), as ``quantize_mx_torch``."""
     _check(element, rounding)
@@ -80,6 +88,7 @@ def quantize_mx(x: torch.Tensor, element: str, axis: int = -1, rounding: str = "
     scales = torch.empty((n_rows, -(-size // MX_BLOCK)), device=x.device, dtype=torch.uint8)
     largest, emax, max_mantissa = ELEMENT_MAX[element]
     if n_rows and size:
+        _prepare_interpreter(x, element)
         grid = (triton.cdiv(n_rows, _BLOCK_R), triton.cdiv(size, _BLOCK_S))
         _quantize_rows[grid](rows, values, scales, n_rows, size, rows.stride(0), values.stride(0), scales.stride(0),
                              ELEMENT=element, EMAX=emax, MAX_MANTISSA=max_mantissa, MAX_VALUE=largest,
@@ -106,6 +115,7 @@ def dequantize_mx(values: torch.Tensor, scales: torch.Tensor, element: str, axis
     row_scales = scales.movedim(axis, -1).reshape(n_rows, scales.shape[axis]).contiguous()
     out = torch.empty((rows.shape[0], size), device=values.device, dtype=dtype)
     if rows.shape[0] and size:
+        _prepare_interpreter(values, element)
         grid = (triton.cdiv(rows.shape[0], _BLOCK_R), triton.cdiv(size, _BLOCK_S))
         _dequantize_rows[grid](rows, row_scales, out, rows.shape[0], size, rows.stride(0), row_scales.stride(0),
                                out.stride(0), ELEMENT=element, BLOCK_R=_BLOCK_R, BLOCK_S=_BLOCK_S)

@@ -61,7 +61,8 @@ class MatmulInputs:
         call = self.call
         return memory.needs_64bit_offsets(
             (call.x, (-1,)), (call.w, (-2, -1)), (self.out, (0, -1) if self.split_k > 1 else (-1,)),
-            (self.y_acc_in, (-1,)), (call.pc.weight_scale, (-2, -1)), (call.pc.out_scale, (-1,)), (self.preact, (-1,)))
+            (self.y_acc_in, (-1,)), (call.pc.weight_scale, (-2, -1)), (call.pc.act_scale, (-1,)),
+            (call.pc.out_scale, (-1,)), (self.preact, (-1,)))
 
     @cached_property
     def n_row_tiles(self) -> int:

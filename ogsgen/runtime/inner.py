@@ -47,8 +47,9 @@ def inner_matmul(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
     if x.dtype not in _INNER_FLOATS or w.dtype != x.dtype:
         raise SpecError(f"inner_routing_data takes bf16, fp16 or fp32 x and w of one dtype, got x {x.dtype} and "
                         f"w {w.dtype}; convert them with .to()")
-    if pc.weight_scale is not None or pc.flex_ctx.lhs_data.scale is not None or pc.flex_ctx.rhs_data.scale is not None \
-            or pc.out_scale is not None or pc.flex_ctx.out_data.expected_scale is not None:
+    if pc.weight_scale is not None or pc.act_scale is not None or pc.flex_ctx.lhs_data.scale is not None \
+            or pc.flex_ctx.rhs_data.scale is not None or pc.out_scale is not None \
+            or pc.flex_ctx.out_data.expected_scale is not None:
         raise SpecError("inner_routing_data takes unscaled operands and output: leave precision_config's scales None")
     n_expts = base.n_expts_tot
     m, n = x.shape[0], w.shape[1]

@@ -58,7 +58,7 @@ def _launch_matmul(variant: KernelVariant, call: Call, flags, out: torch.Tensor,
     good (that binary: the same flags may compile clean binaries for other calls) by :func:`_launch_hazard_free`.
     """
     kernel, grid, args, options = matmul_launch(MatmulInputs(variant, call, flags, out, **operands))
-    if not (variant.w.scaling == "block_e8m0" and _has_wgmma(call.x)):
+    if not (variant.upcasts_in_registers and _has_wgmma(call.x)):
         plans.launch(kernel, grid, args, compiling=_compiling(flags), **options)
         return
     binary = launcher.binary_key(kernel, args, options)
@@ -331,7 +331,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         packed = " (packed mxfp4: 2 values per byte)" if w_fmt.element == "e2m1" else ""
         raise SpecError(f"x has K={x.shape[-1]} columns but w has {k} rows{packed} "
                         f"(w is (..., K, N) = {tuple(logical_w.shape)})")
-    check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n, x.shape[-2])
+    check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n, tuple(x.shape[:-1]))
     if x_fmt.scaling == "block_f32" and batched:
         raise SpecError(f"{x_fmt.name} products take 2-D x (tokens or sorted rows, K); got shape {tuple(x.shape)}: "
                         f"flatten the batch into the rows")
@@ -429,15 +429,16 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     if w_k_major and ragged and m >= _K_CONTIGUOUS_WARN_ROWS:
         _warn_k_contiguous_once(w)
     k_group = w_fmt.block_size if w_fmt.scales_apply == "k_group" else 0
+    x_mx = x_fmt.scales_apply == "operand"
     flags = make_opt_flags(*flag_args, persistent_blocker(variant, x), scales_n_contiguous, gather_indx is not None,
-                           topk, w_k_major, k_group)
+                           topk, w_k_major, k_group, x_mx)
     matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     if flags.persistent:
         y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
         if (tma_problem := tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
             # the tiled kernel, or the error if persistent was forced
             flags = make_opt_flags(*flag_args, tma_problem, scales_n_contiguous, gather_indx is not None, topk,
-                                   w_k_major, k_group)
+                                   w_k_major, k_group, x_mx)
             matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()

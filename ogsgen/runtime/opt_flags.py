@@ -285,7 +285,8 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
                    bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = (),
                    persistent_blocker: str | None = "no persistent kernel was asked for",
                    mx_scales_n_contiguous: bool = False, x_gathered: bool = False,
-                   split_is_free: bool = False, w_k_major: bool = False, k_group: int = 0) -> OptFlags:
+                   split_is_free: bool = False, w_k_major: bool = False, k_group: int = 0,
+                   x_mx: bool = False) -> OptFlags:
     """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
 
     ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
@@ -298,6 +299,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     ``split_is_free``: split partials would be summed by a reduce the call launches anyway (a top-k combine).
     ``w_k_major``: a plain 16-bit w stored K-contiguous (its last stride is not 1).
     ``k_group``: K values that share a scale applied per K step (fp8 with 128 x 128 block scales), else 0.
+    ``x_mx``: mxfp8 x (e8m0 scales per 32 values of K, upcast in registers).
     """
     heuristic_args = (itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
                       n_sms, w_mx_layout)
@@ -320,7 +322,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if constrained.get("split_k", 1) > 1:  # and only the tiled kernel does: drop the heuristic's persistent kernel
         constrained = {"persistent": False, **constrained}
     flags = replace(flags, **constrained)
-    operands = (itemsize, reduction_n, w_mx_layout, y_mx, k_group)
+    operands = (itemsize, reduction_n, w_mx_layout, y_mx, k_group, x_mx)
     if flags.persistent and "persistent" not in constrained and _tile_problem(flags, *operands) is not None:
         flags = replace(flags, persistent=False)  # the heuristic's kernel cannot take the asked-for tile: the tiled one
     if (problem := _tile_problem(flags, *operands)) is not None:
@@ -336,8 +338,9 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
                                      "drop the conflicting opt_flags_constraints")
     if flags.persistent and persistent_blocker is not None:
         raise InapplicableConstraintError(f"persistent=True: {persistent_blocker}")
-    if flags.wait_mma and w_mx_layout is None:
-        raise InapplicableConstraintError("wait_mma=True applies to mx weights (upcast in registers) only; drop it")
+    if flags.wait_mma and w_mx_layout is None and not x_mx:
+        raise InapplicableConstraintError("wait_mma=True applies to mx weights or activations (upcast in registers) "
+                                          "only; drop it")
     if flags.persistent and flags.split_k > 1:
         raise InapplicableConstraintError("the persistent kernel does not split K; use split_k=1 with persistent=True")
     if flags.split_k > 1 and not can_split:
@@ -350,7 +353,7 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
 
 
 def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout: str | None,
-                  y_mx: bool, k_group: int = 0) -> str | None:
+                  y_mx: bool, k_group: int = 0, x_mx: bool = False) -> str | None:
     """Why the operands cannot take this tile's block sizes, or None."""
     if y_mx and (flags.block_n // reduction_n) % MX_BLOCK:
         return f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a multiple of {MX_BLOCK}"
@@ -361,6 +364,9 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if flags.persistent and y_mx and (flags.block_n // 2 // reduction_n) % MX_BLOCK:
         return (f"block_n={flags.block_n}: the persistent kernel stores half tiles, and an mx output needs "
                 f"block_n // 2 // reduction_n to be a multiple of {MX_BLOCK}")
+    if x_mx and flags.block_k % MX_BLOCK:
+        return (f"block_k={flags.block_k}: mx activations carry one scale per {MX_BLOCK} values of K, so block_k "
+                f"must be a multiple of {MX_BLOCK}")
     if itemsize == 1 and flags.block_k < 32:
         return f"block_k={flags.block_k}: an fp8 dot needs block_k >= 32"
     if k_group and k_group % flags.block_k:

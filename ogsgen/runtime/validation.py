@@ -208,17 +208,19 @@ def reject_unsupported(pc: PrecisionConfig):
     for name, used in unsupported.items():
         if used:
             raise UnsupportedError(f"{name} is not supported by this ogsgen build yet; leave it None")
-    if pc.act_scale is not None and getattr(pc.act_scale, "dtype", None) == torch.float32:
+    if pc.act_scale is None:
+        return
+    check_tensor(pc.act_scale, "precision_config.act_scale")
+    if pc.act_scale.dtype == torch.float32:
         if getattr(pc.weight_scale, "dtype", None) != torch.float32:
             raise SpecError("precision_config.act_scale of float32 is the scale of an e4m3 x for fp8e4m3_b128 or "
                             "fp8e4m3_channel weights, which need their float32 precision_config.weight_scale as well "
                             "(ogsgen.prepare_expert_weights(..., format='fp8e4m3_b128').precision_config())")
-    elif pc.act_scale is not None:
-        if pc.weight_scale is None:
-            raise SpecError("precision_config.act_scale makes x mxfp8, which needs mx weights "
-                            "(precision_config.weight_scale) as well")
-        raise UnsupportedError("precision_config.act_scale: mxfp8 activations need native MX matmul hardware "
-                               "(Blackwell); on Hopper pass bf16 x with mx weights")
+    elif pc.act_scale.dtype != torch.uint8:
+        raise SpecError(f"precision_config.act_scale must be uint8 (the e8m0 scales of an mxfp8 x, one per "
+                        f"{MX_BLOCK} values of K: ogsgen.numerics.quantize_mx(x, 'e4m3') makes x and them) or "
+                        f"float32 (the scales of an e4m3 x for fp8e4m3_b128 or fp8e4m3_channel weights), got "
+                        f"{pc.act_scale.dtype}")
 
 
 def reinterpret(tensor, flex_dtype, name):
@@ -250,7 +252,9 @@ def _unwrap_swizzled(w, x):
 
 def operand_formats(x, w, pc: PrecisionConfig):
     """(x format, w format, y format, logical K) of a call, from dtypes and the precision config."""
-    if x.dtype in FLEX_BY_DTYPE:
+    if _mx_activations(pc):
+        x_fmt = _mx_activation_format(x)
+    elif x.dtype in FLEX_BY_DTYPE:
         x_fmt = FLEX_BY_DTYPE[x.dtype]
     else:
         x_fmt = plain_format_of(x.dtype, "x")
@@ -299,6 +303,19 @@ def operand_formats(x, w, pc: PrecisionConfig):
     return x_fmt, w_fmt, y_fmt, k
 
 
+def _mx_activations(pc: PrecisionConfig) -> bool:
+    """Whether precision_config.act_scale holds e8m0 scales (uint8): x is then mxfp8."""
+    return pc.act_scale is not None and pc.act_scale.dtype == torch.uint8
+
+
+def _mx_activation_format(x):
+    if x.dtype not in MX_FP8_BY_DTYPE:
+        raise SpecError(f"precision_config.act_scale of uint8 (e8m0 scales) makes x mxfp8: x must be "
+                        f"torch.float8_e4m3fn or torch.float8_e5m2, got {x.dtype}; "
+                        f"ogsgen.numerics.quantize_mx(x, 'e4m3') makes x's values and scales from a bf16 x")
+    return MX_FP8_BY_DTYPE[x.dtype]
+
+
 def _block_f32_weight_format(w, scale):
     """fp8e4m3_b128 or fp8e4m3_channel: e4m3 w with float32 weight scales, told apart by the scales' shape."""
     k, n = w.shape[-2:]
@@ -318,6 +335,10 @@ def _block_f32_weight_format(w, scale):
 def _block_f32_activation_format(x, act_scale, w_fmt):
     """x's format with block-scaled fp8 w: w's (matmul_ogs quantizes a bf16, fp16 or fp32 x to it; an e4m3 x
     comes with its scales in precision_config.act_scale)."""
+    if act_scale is not None and act_scale.dtype == torch.uint8:
+        raise SpecError(f"precision_config.act_scale of uint8 makes x mxfp8, which {w_fmt.name} weights do not take: "
+                        f"pass bf16 x (matmul_ogs quantizes it) or e4m3 x with float32 scales "
+                        f"(ogsgen.numerics.quantize_fp8)")
     if x.dtype in (torch.bfloat16, torch.float16, torch.float32):
         if act_scale is not None:
             raise SpecError("precision_config.act_scale is the scale of an e4m3 x, but x is "
@@ -403,7 +424,15 @@ def _check_act_scale(scale, x_fmt, rows: int, k: int) -> None:
                         f"shape {expected} = {shapes[0]}, got {tuple(scale.shape)}")
 
 
-def check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_rows: int):
+def _check_mx_act_scale(scale, x_lead: tuple, k: int) -> None:
+    """An mxfp8 x's e8m0 scales: one per 32 values of K of each row, (..., M, cdiv(K, 32)) for x (..., M, K)."""
+    expected = (*x_lead, -(-k // MX_BLOCK))
+    if tuple(scale.shape) != expected:
+        raise SpecError(f"precision_config.act_scale must hold one e8m0 byte per {MX_BLOCK} values of K of each "
+                        f"row of x: shape {expected} for x of shape {(*x_lead, k)}, got {tuple(scale.shape)}")
+
+
+def check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tuple):
     flex = pc.flex_ctx
     w_batch = w.shape[0] if w.ndim == 3 else 1
     for name, scale, fmt, lengths in (("precision_config.flex_ctx.lhs_data.scale", flex.lhs_data.scale, x_fmt, (1,)),
@@ -434,7 +463,9 @@ def check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_rows: int)
             raise SpecError(f"precision_config.weight_scale must hold one e8m0 byte per {MX_BLOCK} values of K: "
                             f"shape {expected} for w of logical shape (..., K={k}, N={n}), got {tuple(scale.shape)}")
     if x_fmt.scaling == "block_f32" and pc.act_scale is not None:
-        _check_act_scale(pc.act_scale, x_fmt, x_rows, k)
+        _check_act_scale(pc.act_scale, x_fmt, x_lead[-1], k)
+    if x_fmt.scaling == "block_e8m0":
+        _check_mx_act_scale(pc.act_scale, x_lead, k)
     if pc.max_num_imprecise_acc is not None and not (x_fmt.bits == 8 and w_fmt.scaling in ("flexpoint",
                                                                                              "block_f32")):
         raise SpecError("precision_config.max_num_imprecise_acc applies to fp8 x fp8 matmuls only; leave it None")

@@ -42,6 +42,7 @@ from ..devices import target
 from ..errors import OgsgenError
 from ..moe.routing import routing, routing_from_topk
 from ..moe.weights import prepare_expert_weights
+from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import swizzle_mx_values
 from ..spec.catalog import default_catalog, load_catalog_file
 from ..spec.formats import MX_BLOCK
@@ -96,9 +97,12 @@ class WarmupCall:
         else:
             rd = gi = si = None
             rows = x_rows = out_rows = 64
-        # (block-scaled fp8 x: bf16, quantized by the call, as a serving process's first layer passes it)
-        x = torch.randn(x_rows, k, device=device).to(torch.bfloat16 if v.x.scaling == "block_f32" else v.x.torch_dtype)
         w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device)
+        x = torch.randn(x_rows, k, device=device)
+        if v.x.scaling == "block_e8m0":  # mxfp8 x: its values and e8m0 scales, as quantize_mx makes them
+            x, fields["act_scale"] = quantize_mx(x, v.x.element)
+        else:  # (block-scaled fp8 x: bf16, quantized by the call, as a serving process's first layer passes it)
+            x = x.to(torch.bfloat16 if v.x.scaling == "block_f32" else v.x.torch_dtype)
         flex = fields.pop("flex_ctx", FlexCtx())
         ones = torch.ones(1, device=device)
         if v.x.scaling == "flexpoint":
@@ -216,7 +220,8 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
                                    persistent_blocker=persistent_blocker,
                                    mx_scales_n_contiguous=w_mx_layout is not None, x_gathered=variant.gather,
                                    split_is_free=variant.scatter,
-                                   k_group=variant.w.block_size if variant.w.scales_apply == "k_group" else 0)
+                                   k_group=variant.w.block_size if variant.w.scales_apply == "k_group" else 0,
+                                   x_mx=variant.x.scales_apply == "operand")
             # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
             seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
     return list(seen)

@@ -139,6 +139,15 @@ def default_catalog() -> Catalog:
                           (BF16, FP8_E4M3, BF16),
                           (FP8_E4M3, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, FP8_E4M3), *_BLOCK_F32],
                          bias=(False, True)),
+        # MX activations (mxfp8 x, upcast to bf16 in the kernel): gpt-oss's MLP with mxfp4 weights and no bf16
+        # intermediate (w1 writes its SwiGLU output as mxfp8, w2 reads it), and dense calls with every weight
+        # format they take.
+        *variant_product([(MXFP8_E4M3, w, y) for w in (MXFP4, MXFP4_HOPPER) for y in (BF16, MXFP8_E4M3)],
+                         activations=(swiglu,), ragged=(True,), gather=(True,), bias=(False, True)),
+        *variant_product([(MXFP8_E4M3, MXFP4, BF16), (MXFP8_E4M3, MXFP4_HOPPER, BF16)],
+                         ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
+        *variant_product([(MXFP8_E4M3, w, BF16) for w in (BF16, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, FP8_E4M3)],
+                         bias=(False, True)),
     ]
     # Training: each differentiable variant of those activations (plain operands, rows not scattered nor sent) has a
     # twin whose forward also stores the rows before the activation, for the backward.

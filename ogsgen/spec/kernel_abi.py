@@ -76,7 +76,10 @@ def _fused_comm(v): return v.fused_comm
 def _not_inner(v): return not v.inner
 def _not_ragged(v): return not v.ragged
 def _split(v): return v.can_split_k
-def _w_mx(v): return v.w.scaling == "block_e8m0"
+def _x_mx(v): return v.x.scales_apply == "operand"
+def _x_mx_batched(v): return _x_mx(v) and not v.ragged
+def _w_mx(v): return v.w.scales_apply == "operand"
+def _upcasts(v): return v.upcasts_in_registers
 def _w_hopper(v): return v.w.layout == "hopper"
 def _x_flex(v): return v.x.scaling == "flexpoint"
 def _w_flex(v): return v.w.scaling == "flexpoint"
@@ -216,6 +219,11 @@ TILED = (
      Param("stride_x_b", lambda a: _batch_stride(a.call.x), lambda v: not v.ragged and not (v.inner and v.gather)),
      Param("stride_x_m", lambda a: a.call.x.stride(-2)),
      Param("stride_x_k", lambda a: a.call.x.stride(-1))),
+    # MX activations: e8m0 scales per 32 values of K, one row of them per row of x
+    (Param("XMxScale", lambda a: a.call.pc.act_scale, _x_mx),
+     Param("stride_xmx_b", lambda a: _batch_stride(a.call.pc.act_scale), _x_mx_batched),
+     Param("stride_xmx_m", lambda a: a.call.pc.act_scale.stride(-2), _x_mx),
+     Param("stride_xmx_k", lambda a: a.call.pc.act_scale.stride(-1), _x_mx)),
     (Param("W", lambda a: a.call.w),
      Param("stride_w_b", lambda a: _batch_stride(a.call.w)),
      Param("stride_w_k", _stride_w_k),
@@ -263,7 +271,7 @@ TILED = (
     (Param("X_PADDED", lambda a: a.call.inner.x_is_padded, lambda v: v.inner and not v.gather, constexpr=True),
      Param("W_PADDED", lambda a: a.call.inner.w_is_padded, _inner, constexpr=True)),
     (Param("EVEN_K", _even_k, constexpr=True),
-     Param("WAIT_MMA", lambda a: a.flags.wait_mma, _w_mx, constexpr=True),
+     Param("WAIT_MMA", lambda a: a.flags.wait_mma, _upcasts, constexpr=True),
      _OFFSETS_64),
 )
 

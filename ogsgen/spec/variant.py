@@ -141,7 +141,21 @@ class KernelVariant:
     def fp8_dot(self) -> bool:
         """Whether the dot multiplies fp8 x by fp8 w as they are (scaled after it, per tensor or per block), not
         upcast."""
-        return self.x.bits == 8 and self.w.bits == 8 and self.w.scaling in ("flexpoint", "block_f32")
+        return (self.x.bits == 8 and self.w.bits == 8 and self.w.scaling in ("flexpoint", "block_f32")
+                and self.x.scales_apply != "operand")
+
+    @property
+    def dot_element(self) -> str:
+        """The element type the dot multiplies: x's, or bf16 where x's scales apply to its values (MX activations,
+        upcast to bf16 in registers: an fp8 value times a power of two is exact in bf16 within its range)."""
+        return "bf16" if self.x.scales_apply == "operand" else self.x.element
+
+    @property
+    def upcasts_in_registers(self) -> bool:
+        """Whether the kernel scales an operand's values in registers before the dot (MX x or w): Hopper's wgmma
+        then reads a register operand, which ptxas may overwrite in flight (``ogsgen.runtime.wgmma_hazards``), so
+        the kernel takes ``WAIT_MMA`` and its binaries are checked."""
+        return "operand" in (self.x.scales_apply, self.w.scales_apply)
 
     @cached_property  # read on every matmul_ogs call
     def has_persistent_kernel(self) -> bool:
@@ -165,19 +179,19 @@ class KernelVariant:
 
         Paths: x, w and y plain (bf16, fp16, fp32) with x == w; fp8 flexpoint w with fp8 x (an fp8
         dot) or with bf16/fp16 x (w upcast in the kernel); MX weights (mxfp4, mxfp8) with bf16/fp16
-        x, dequantized in the kernel; fp8 flexpoint x with fp8 w; fp8 flexpoint y; e4m3 x and w with float32
+        x, dequantized in the kernel; fp8 flexpoint x with fp8 w; mxfp8 x (MX activations) with bf16, MX or fp8
+        flexpoint w, every operand upcast to bf16 in the kernel; fp8 flexpoint y; e4m3 x and w with float32
         block scales of one format (fp8e4m3_b128, fp8e4m3_channel) and a plain y.
         """
         name = canonical_name(self)
         for fmt_name in ("x", "y"):
             if getattr(self, fmt_name).layout != "strided":
                 raise UnsupportedError(f"{name}: only w has swizzled layouts; {fmt_name} must be 'strided'")
-        if self.w.layout == "hopper" and self.x.element != "bf16":
+        if self.w.layout == "hopper" and self.dot_element != "bf16":
             raise UnsupportedError(f"{name}: hopper-layout mxfp4 weights are upcast to bf16 in registers, so x "
-                                   f"must be bf16 (got {self.x.name}); use strided mxfp4 weights")
-        if self.x.scaling == "block_e8m0":
-            raise UnsupportedError(f"{name}: mx activations have no code path on this hardware generation; "
-                                   f"use bf16/fp16/fp8 x")
+                                   f"must be bf16 or mxfp8 (got {self.x.name}); use strided mxfp4 weights")
+        if self.x.scaling == "block_e8m0" and self.x.element == "e2m1":
+            raise UnsupportedError(f"{name}: mx activations are mxfp8 (e4m3 or e5m2 values), not mxfp4")
         if self.family == "reduce":
             if self.x.scaling != "none":
                 raise UnsupportedError(f"{name}: a reduce kernel reads plain partials")
@@ -189,6 +203,10 @@ class KernelVariant:
         if self.inner and not (self.x == self.w and self.x.scaling == "none" and self.y.scaling == "none"):
             raise UnsupportedError(f"{name}: inner (ragged-K) products take plain bf16, fp16 or fp32 x and w of one "
                                    f"format and a plain y")
+        x_upcast = self.x.scales_apply == "operand"
+        if x_upcast and not (self.w == BF16 or self.w.scaling in ("block_e8m0", "flexpoint")):
+            raise UnsupportedError(f"{name}: mxfp8 activations are upcast to bf16 in the kernel, so w must be bf16, "
+                                   f"mx (mxfp4, mxfp8) or fp8 with a flexpoint scale, got {self.w.name}")
         if "block_f32" in (self.x.scaling, self.w.scaling):
             if self.x != self.w or self.x.element != "e4m3":
                 raise UnsupportedError(f"{name}: fp8 block-scaled products take x and w of one format, e4m3 "
@@ -197,8 +215,9 @@ class KernelVariant:
                 raise UnsupportedError(f"{name}: fp8 block-scaled products write a plain output (bf16, fp16, fp32)")
             return
         x_plain = self.x.scaling == "none"
-        if self.w.scaling == "block_e8m0" and not (x_plain and self.x.bits == 16):
-            raise UnsupportedError(f"{name}: MX weights need bf16 or fp16 x (dequantized in the kernel)")
+        if self.w.scaling == "block_e8m0" and not (x_upcast or (x_plain and self.x.bits == 16)):
+            raise UnsupportedError(f"{name}: MX weights need bf16, fp16 or mxfp8 x (dequantized in the kernel); "
+                                   f"fp8 x with a flexpoint scale is not taken with them")
         if self.w.scaling == "flexpoint" and not (self.x.bits == 8 or (x_plain and self.x.bits == 16)):
             raise UnsupportedError(f"{name}: fp8 weights need fp8, bf16 or fp16 x")
         if self.x.scaling == "flexpoint" and self.w.scaling != "flexpoint":
