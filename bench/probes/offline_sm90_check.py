@@ -3,13 +3,11 @@
     PYTHONPATH=. python bench/probes/offline_sm90_check.py --out DIR --cases "gpt-oss w1:8192" ... \
         --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4|mxfp4-kscales|bf16] [--x mxfp8] [--sass]
 
-Run it with the GPU machine's Triton release (its ptxas decides). Each case's matmul_ogs call runs on CPU tensors
-of the real shapes with the launch captured; the arguments go through Triton's binder for sm_90 (specialized as an
-H200 launch would be), then the binary is compiled, disassembled and checked by ogsgen.runtime.wgmma_hazards.
-Writes DIR/offline_sm90_check.csv: per case and tile, each kernel, its hazards, registers/stack bytes, its K
-loop's instruction mix and shared memory (over 227 KiB the launch fails). A tile ending in ``w`` is its waiting
-kernel. Use a fresh TRITON_CACHE_DIR: the kernels choose sm_90's PTX here, which Triton's cache key does not
-record.
+Run it with the GPU machine's Triton (its ptxas decides). Each case's call runs on CPU tensors of the real shapes,
+launch captured, bound by Triton for sm_90 as on an H200, compiled, disassembled and checked by
+ogsgen.runtime.wgmma_hazards; DIR/offline_sm90_check.csv: per case and tile, each kernel's hazards,
+registers/stack bytes, K loop instruction mix and shared memory. A tile ending in ``w`` is its waiting kernel. Use
+a fresh TRITON_CACHE_DIR (the kernels choose sm_90's PTX here, which Triton's cache key does not record).
 """
 from __future__ import annotations
 
@@ -47,9 +45,8 @@ H200_SHARED_LIMIT = 232448  # bytes a block may use on sm_90
 
 
 def case_call(name: str, tokens: int, weight_format: str, max_experts: int, x_format: str = "bf16"):
-    """A function running the case's ``matmul_ogs`` call on CPU tensors of its shapes (contents unused). Beyond
-    ``max_experts`` experts, fewer experts and tokens with the same rows per expert: the same launch parameters
-    and binaries (no kernel specializes on either count), a fraction of the memory."""
+    """The case's matmul_ogs call on CPU tensors of its shapes; past ``max_experts``, fewer experts and tokens with
+    the same rows per expert (the same launch parameters and binaries, a fraction of the memory)."""
     if weight_format not in ("mxfp4", "mxfp4-kscales") and x_format != "mxfp8":
         raise SystemExit("only register operands are checked (--format mxfp4 or mxfp4-kscales, or --x mxfp8): the "
                          "other kernels read W and x from shared memory")
@@ -59,10 +56,8 @@ def case_call(name: str, tokens: int, weight_format: str, max_experts: int, x_fo
     rd, gi, si = routing_torch(torch.randn(tokens, n_expts), top_k)
     rows = tokens if mode == "gather" else tokens * top_k
     x = torch.empty(rows, k, dtype=torch.float8_e4m3fn if x_format == "mxfp8" else torch.bfloat16)
-    # mxfp8 x: e8m0 scales (rows, K / 32) as quantize_mx makes them
+    # Scales as quantize_mx makes them for mxfp8 x, as bench_moe stores them for w (strides are specialized)
     fields = dict(act_scale=torch.zeros(rows, k // 32, dtype=torch.uint8)) if x_format == "mxfp8" else {}
-    # Stored as bench_moe stores them (strides are specialized): scales N-contiguous, or K-contiguous as
-    # quantize_mx makes them along K for mxfp4-kscales.
     if weight_format == "bf16":
         w = torch.empty(n_expts, k, n, dtype=torch.bfloat16)
     else:
@@ -90,8 +85,7 @@ def captured_launches(call, tile):
 
 
 def k_loop_mix(sass: str) -> str:
-    """The K loop (the longest loop issuing wgmmas, or mma.sync's HMMA for 16-row tiles): its instruction count, then
-    the count per opcode."""
+    """The K loop (the longest issuing wgmmas, or 16-row tiles' HMMA): its instruction count and opcode counts."""
     body = max((b for b in wgmma_hazards.loops(sass) if any(re.search(r"\bH[G]?MMA", text) for _, text in b)), key=len)
     opcodes = Counter(re.sub(r"^@!?U?P[T0-9]+\s+", "", text).split()[0].split(".")[0] for _, text in body)
     return f"{len(body)}: " + " ".join(f"{op} {n}" for op, n in opcodes.most_common())
@@ -99,13 +93,11 @@ def k_loop_mix(sass: str) -> str:
 
 def registers_of(cubin: bytes) -> str:
     """"registers/stack bytes" per thread of a cubin's kernel (cuobjdump's resource usage; no GPU needed)."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
-    try:
+        f.flush()
         usage = subprocess.run([knobs.nvidia.cuobjdump.path, "-res-usage", f.name], check=True, capture_output=True,
                                text=True).stdout
-    finally:
-        os.remove(f.name)
     registers, stack = re.search(r"REG:(\d+)", usage)[1], re.search(r"STACK:(\d+)", usage)[1]
     return f"{registers}/{stack}"
 
@@ -151,12 +143,11 @@ def main():
                     hazards = wgmma_hazards.find_hazards(sass)
                     if args.sass:
                         (args.out / f"{case.replace(' ', '_').replace(':', '_')}_{row['tile']}.sass").write_text(sass)
-                    shared = compiled.metadata.shared
-                    row.update(kernel=kernel.__name__, launch_tile="x".join(str(kernel_args[p]) for p in (
-                        "BLOCK_M", "BLOCK_N", "BLOCK_K")) + f"x{options['num_warps']}x{options['num_stages']}",
-                        even_k=kernel_args["EVEN_K"], hazards=len(hazards), regs=registers_of(compiled.asm["cubin"]),
-                        shared=shared, k_loop=k_loop_mix(sass),
-                        fits=shared <= H200_SHARED_LIMIT)
+                    shared, tile_keys = compiled.metadata.shared, ("BLOCK_M", "BLOCK_N", "BLOCK_K")
+                    row.update(kernel=kernel.__name__, launch_tile="x".join(str(kernel_args[p]) for p in tile_keys)
+                               + f"x{options['num_warps']}x{options['num_stages']}", even_k=kernel_args["EVEN_K"],
+                               hazards=len(hazards), regs=registers_of(compiled.asm["cubin"]), shared=shared,
+                               k_loop=k_loop_mix(sass), fits=shared <= H200_SHARED_LIMIT)
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
             rows.append(row)
