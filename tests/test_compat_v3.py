@@ -180,6 +180,15 @@ def test_dense_batched_and_ragged_k_calls(device):
     assert_close(expected, dw.float())
 
 
+def test_mxfp8_activations_through_a_mx_scale(device):
+    """Generation 3's microscaled activations: a in e4m3 with its e8m0 scales as a_mx_scale, as ogsgen's act_scale."""
+    mm, = library(OURS, "matmul")
+    x, b = torch.randn(12, 64, device=device), torch.randn(64, 48, device=device).bfloat16()
+    values, scales = quantize_mx_torch(x, "e4m3", axis=-1)
+    y = mm.matmul(values, b, None, precision_config=mm.PrecisionConfig(a_mx_scale=scales))
+    assert_close(dequantize_mx_torch(values, scales, "e4m3").double() @ b.double(), y.float())
+
+
 def test_reduce(device):
     reduce_module, = library(OURS, "reduce")
     x = torch.randn(5, 3, 8, device=device).bfloat16()

@@ -25,7 +25,7 @@ its options or a layout; the default helpers return a layout that also unpacks a
 Raise UnsupportedError (with the alternative): ``FusedComm``'s destination closures (pass an ``ogsgen.FusedComm``),
 ``remap_ragged_tensor_metadata`` and ``topk``'s ``all_gather`` / ``symm_mem_pool`` (expert parallelism:
 ``ogsgen.expert_parallel_routing``), gather or scatter without ``a_ragged_metadata``, two different metadata for
-ragged K, NVFP4 microblocks (16), packed outputs (``c_value_pack_factor``), mxfp8 activations on Hopper
-(``a_mx_scale``, as ``ogsgen.matmul_ogs``), ``reduce``'s microscaled, flexpoint and post-processed forms. Not
+ragged K, NVFP4 microblocks (16), packed outputs (``c_value_pack_factor``), ``reduce``'s microscaled, flexpoint
+and post-processed forms. Not
 mirrored: ``triton_kernels.distributed``, ``matmul_torch`` (use ``ogsgen.matmul_ogs_torch``).
 """
