@@ -21,15 +21,16 @@ from pathlib import Path
 import torch
 
 import ogsgen
-from ogsgen.numerics import quantize_mx
+from ogsgen.numerics import quantize_fp8, quantize_mx
 
 SWIGLU_ARGS = (1.702, 7.0)
-# (name, weights format, x format): x "mxfp8" makes h mxfp8 too (w1 writes it, w2 reads it), else h is bf16
+# (name, weights format, x format): x "mxfp8" makes h mxfp8 too (w1 writes it, w2 reads it), x "e4m3 per row" makes
+# h e4m3 per row too (quantize_fp8 before each matmul), else h is bf16
 PATHS = [("bf16 x, bf16 w", "bf16", "bf16"), ("bf16 x, mxfp8 w", "mxfp8e4m3", "bf16"),
          ("bf16 x, mxfp4 w", "mxfp4", "bf16"), ("bf16 x, fp8e4m3 w (per-expert scale)", "fp8e4m3", "bf16"),
          ("fp8e4m3_b128 (x quantized per row and 128 columns)", "fp8e4m3_b128", "bf16"),
          ("mxfp8 x, bf16 w", "bf16", "mxfp8"), ("mxfp8 x, mxfp8 w", "mxfp8e4m3", "mxfp8"),
-         ("mxfp8 x, mxfp4 w", "mxfp4", "mxfp8")]
+         ("mxfp8 x, mxfp4 w", "mxfp4", "mxfp8"), ("e4m3 x (per row), mxfp4 w", "mxfp4", "e4m3 per row")]
 START, END = "<!-- format accuracy table: examples/format_accuracy.py -->", "<!-- end of the format accuracy table -->"
 
 
@@ -67,6 +68,12 @@ def run_path(x, logits, w1, w2, top_k, x_format):
         h = ogsgen.matmul_ogs(x_values, w1.w, w1.bias, rd, gather_indx=gi, fused_activation=swiglu,
                               precision_config=w1.precision_config(act_scale=x_scales, out_scale=h_scales))
         pc2 = w2.precision_config(act_scale=h_scales)
+    elif x_format == "e4m3 per row":
+        x_values, x_scales = quantize_fp8(x, (1, 0))
+        h = ogsgen.matmul_ogs(x_values, w1.w, w1.bias, rd, gather_indx=gi, fused_activation=swiglu,
+                              precision_config=w1.precision_config(act_scale=x_scales))
+        h, h_scales = quantize_fp8(h, (1, 0))
+        pc2 = w2.precision_config(act_scale=h_scales)
     else:
         h = ogsgen.matmul_ogs(x, w1.w, w1.bias, rd, gather_indx=gi, fused_activation=swiglu,
                               precision_config=w1.precision_config())
@@ -102,7 +109,7 @@ def accuracy_table(tokens=128, hidden=512, intermediate=512, experts=8, top_k=4,
         own = layer_float64(x, logits, w1.dequantize(), w1.bias, w2.dequantize(), w2.bias, top_k)
         rms, largest = relative_errors(out, exact["ref"])
         own_rms, _ = relative_errors(out, own)
-        h_format = "mxfp8" if x_format == "mxfp8" else "bf16"
+        h_format = "bf16" if x_format == "bf16" else x_format
         rows.append(f"| {name} | {w_format} | {x_format} | {h_format} | {rms:.2e} | {largest:.2e} | {own_rms:.2e} |")
     return "\n".join(rows)
 

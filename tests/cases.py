@@ -53,6 +53,25 @@ def check_mx_output(ref, values, scales, element, rtol=1e-6):
         f"largest error {(error / bound).max().item():.3g} of half an ulp"
 
 
+def assert_fp32_sums(want, bound, got):
+    """got within ``bound`` of the float64 ``want`` where want is finite, and of its kind (NaN, or the same inf)
+    where it is not."""
+    got = got.double()
+    finite = want.isfinite()
+    assert torch.equal(got[~finite].isnan(), want[~finite].isnan()), "NaN where the reference is not, or not"
+    assert torch.equal(got[want.isinf()], want[want.isinf()]), "an infinity of the wrong sign, or a finite value"
+    error = (got - want).abs()[finite]
+    assert got[finite].isfinite().all() and (error <= bound[finite]).all(), \
+        f"largest error {(error / bound[finite]).max().item():.3g} of the fp32 sums' bound"
+
+
+def fp32_bound(x_ref, w_ref):
+    """The rounding fp32 sums of K exact products may add: K * 2**-23 * sum |products| per output (plus the
+    smallest subnormal, for sums of tiny products)."""
+    k = x_ref.shape[-1]
+    return k * 2.0 ** -23 * (x_ref.abs().nan_to_num() @ w_ref.abs().nan_to_num()) + 2.0 ** -149
+
+
 class Operands:
     """x and w for a variant's formats, their float32 reference values and the precision config."""
 
@@ -60,7 +79,11 @@ class Operands:
                  scales_n_contiguous=False):
         self.variant, self.pc_fields = variant, {}
         flex = {}
-        if variant.x.scaling == "block_f32":
+        if variant.x.scaling == "block_f32" and variant.folds_mx_scales:
+            # e4m3 x with one scale per row, as quantize_fp8 makes them (matmul_ogs quantizes bf16 x only for fp8 w)
+            self.x, self.pc_fields["act_scale"] = quantize_fp8_torch(torch.randn(x_shape, device=device), (1, 0))
+            self.x_ref = dequantize_fp8_torch(self.x, self.pc_fields["act_scale"], (1, 0))
+        elif variant.x.scaling == "block_f32":
             # bf16 x, which the call quantizes as its format says: the reference takes it as the call computes it
             self.x = _operand(x_shape, torch.bfloat16, device, x_transposed)
             block = (1, FP8_BLOCK) if variant.x.block_size else (1, 0)

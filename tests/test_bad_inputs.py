@@ -392,7 +392,7 @@ MATMUL_PRECISION = [
         r"precision_config\.acc_scale=2\.0 is not supported", exc=Unsupported),
     bad("max_num_imprecise_acc-on-fp16", lambda c: matmul_ogs(c.x, c.w, None,
                                                               precision_config=pc(max_num_imprecise_acc=32)),
-        r"precision_config\.max_num_imprecise_acc applies to fp8 x fp8 matmuls only", r"leave it None"),
+        r"precision_config\.max_num_imprecise_acc applies to fp8 dots only", r"leave it None"),
 ]
 
 MATMUL_FUNCTIONS = [

@@ -75,6 +75,23 @@ def test_vllm_gpt_oss_mxfp4_path(routing_path, default_layout, device):
     assert_close(reference_layer(t, ogsgen.routing(gating_output, 2)), out.float(), maxtol=3e-2)
 
 
+def test_fp8_activations_with_mxfp4_weights_through_the_seed_api(default_layout, device):
+    """The seed's fp8 x (flex_ctx.lhs_data: e4m3 values and one scale) with vLLM's mxfp4 weights, which triton_kernels
+    refuses below Blackwell: ogsgen multiplies on fp8 tensor cores, the weights converted to e4m3 in the kernel."""
+    mo, routing = library(OURS, "matmul_ogs", "routing")
+    t = checkpoint_moe(device)
+    w13, _, quant = vllm_prepare(OURS, t)
+    routing_data, gather_indx, _ = routing.routing((t["x"] @ t["wg"]).float() + t["bg"], 2)
+    scale = (t["x"].float().abs().amax() / 448).reshape(1)
+    x = (t["x"].float() / scale).to(torch.float8_e4m3fn)
+    pc = mo.PrecisionConfig(weight_scale=quant["w1_precision"].weight_scale, out_dtype=torch.float32,
+                            flex_ctx=mo.FlexCtx(lhs_data=mo.InFlexData(dtype=torch.float8_e4m3fn, scale=scale)))
+    out = mo.matmul_ogs(x, w13, quant["w1_bias"], routing_data, gather_indx=gather_indx, precision_config=pc)
+    want = ogsgen.matmul_ogs_torch(x.float() * scale, t["w13_ref"], t["w13_bias"], *ogsgen.routing(
+        (t["x"] @ t["wg"]).float() + t["bg"], 2)[:2], precision_config=ogsgen.PrecisionConfig(out_dtype=torch.float32))
+    assert_close(want, out.float(), maxtol=1e-5, rmstol=1e-5)
+
+
 def test_vllm_expert_parallel_map_drops_other_ranks_experts(device):
     # Rank 1 of 2: experts 2 and 3 are local (ids 0, 1), the others' gates are -1, dropped.
     t = checkpoint_moe(device)

@@ -50,7 +50,7 @@ def _xw(device, m=8, k=16, n=32, dtype=torch.float16):
     (lambda x, w: (x, w, {"precision_config": PrecisionConfig(act_scale=torch.zeros(1, dtype=torch.uint8))}),
      SpecError, "act_scale of uint8 \\(e8m0 scales\\) makes x mxfp8: x must be torch.float8_e4m3fn"),
     (lambda x, w: (x, w, {"precision_config": PrecisionConfig(act_scale=torch.zeros(1))}), SpecError,
-     "act_scale of float32 is the scale of an e4m3 x for fp8e4m3_b128 or fp8e4m3_channel weights"),
+     "act_scale of float32 is the scale of an e4m3 x for fp8e4m3_b128, fp8e4m3_channel or mxfp4 weights"),
     (lambda x, w: (x, w, {"bias": torch.randn(32, device="meta")}), SpecError, "bias is on meta but x is on"),
 ])
 def test_bad_call(mutate, exc, message, device):

@@ -328,7 +328,8 @@ def test_hopper_layout_errors(device):
     swizzled, pc = swizzle_mx_values(values[0]), PrecisionConfig(weight_scale=scales[0])
     with pytest.raises(ogsgen.SpecError, match="w holds swizzled mxfp4 values but precision_config.weight_scale"):
         matmul_ogs(x, swizzled, None)
-    with pytest.raises(ogsgen.SpecError, match="hopper-layout mxfp4 weights are upcast to bf16"):
+    with pytest.raises(ogsgen.SpecError, match=r"hopper-layout mxfp4 weights are upcast in registers, so x must be "
+                                               r"bf16, mxfp8 or e4m3 \(got fp16\)"):
         matmul_ogs(x.half(), swizzled, None, precision_config=pc)
     with pytest.raises(ogsgen.InapplicableConstraintError, match="block_k must be a multiple of 64"):
         with ogsgen.opt_flags_constraints(block_k=32):
@@ -581,10 +582,10 @@ def test_format_errors(device):
         matmul_ogs(x, values, None)
     with pytest.raises(ogsgen.SpecError, match="MX weights need bf16, fp16 or mxfp8 x"):
         matmul_ogs(x.float(), values, None, precision_config=PrecisionConfig(weight_scale=scales))
-    fp8 = x.to(torch.float8_e4m3fn)
-    with pytest.raises(ogsgen.SpecError, match="MX weights need bf16, fp16 or mxfp8 x .* fp8 x with a flexpoint scale "
-                                               "is not taken"):
-        matmul_ogs(fp8, values, None, precision_config=PrecisionConfig(weight_scale=scales))
+    fp8, e5m2 = x.to(torch.float8_e4m3fn), x.to(torch.float8_e5m2)  # (e4m3 x with mxfp4 w: tests/test_fp8_mxfp4.py)
+    with pytest.raises(ogsgen.SpecError, match="MX weights need bf16, fp16 or mxfp8 x .* or e4m3 x scaled per tensor "
+                                               "or per row with mxfp4 weights; not fp8e5m2 x"):
+        matmul_ogs(e5m2, values, None, precision_config=PrecisionConfig(weight_scale=scales))
     with pytest.raises(ogsgen.SpecError, match="act_scale of uint8 .* makes x mxfp8: x must be torch.float8_e4m3fn"):
         matmul_ogs(x, values, None, precision_config=PrecisionConfig(weight_scale=scales, act_scale=scales))
     with pytest.raises(ogsgen.SpecError, match="lhs_data.scale is set but the operand is bf16"):
@@ -595,7 +596,7 @@ def test_format_errors(device):
                    precision_config=PrecisionConfig(flex_ctx=FlexCtx(rhs_data=InFlexData(scale=torch.ones(2)))))
     with pytest.raises(ogsgen.SpecError, match="fp8 x needs fp8 weights"):
         matmul_ogs(fp8, x.mT.contiguous(), None)
-    with pytest.raises(ogsgen.SpecError, match="max_num_imprecise_acc applies to fp8 x fp8 matmuls only"):
+    with pytest.raises(ogsgen.SpecError, match="max_num_imprecise_acc applies to fp8 dots only"):
         matmul_ogs(x, x.mT.contiguous(), None, precision_config=PrecisionConfig(max_num_imprecise_acc=32))
     with pytest.raises(ogsgen.SpecError, match="expected_scale is set but the output is bf16"):
         matmul_ogs(x, x.mT.contiguous(), None, precision_config=PrecisionConfig(

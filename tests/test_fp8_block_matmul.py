@@ -130,7 +130,7 @@ def test_errors(device):
                    precision_config=PrecisionConfig(weight_scale=scales, act_scale=torch.ones(4, 1, device=device)))
     with pytest.raises(ogsgen.SpecError, match=r"act_scale is the scale of an e4m3 x, but x is torch.bfloat16"):
         matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales, act_scale=torch.ones(4, 2)))
-    with pytest.raises(ogsgen.SpecError, match=r"act_scale of float32 .* need their float32 precision_config"):
+    with pytest.raises(ogsgen.SpecError, match=r"act_scale of float32 .* need their precision_config.weight_scale as well"):
         matmul_ogs(x.to(torch.float8_e4m3fn), w, None, precision_config=PrecisionConfig(act_scale=torch.ones(4, 2)))
     with pytest.raises(ogsgen.SpecError, match=r"take 2-D x .* flatten the batch"):
         matmul_ogs(x[None], b128.w, None, precision_config=b128.precision_config())

@@ -31,7 +31,8 @@ GOLDEN_DEFAULT = ["ogs_matmul_xbf16_wbf16_ybf16", "ogs_matmul_xbf16_wbf16_ybf16_
                   "ogs_matmul_xfp8e4m3_b128_wfp8e4m3_b128_ybf16_ragged_gather_act_swiglu",
                   "ogs_matmul_xfp8e4m3_channel_wfp8e4m3_channel_ybf16_ragged_scatter_gammas",
                   "ogs_matmul_xmxfp8e4m3_wmxfp4hopper_ymxfp8e4m3_ragged_gather_bias_act_swiglu",
-                  "ogs_matmul_xmxfp8e4m3_wbf16_ybf16_bias"]
+                  "ogs_matmul_xmxfp8e4m3_wbf16_ybf16_bias",
+                  "ogs_matmul_xfp8e4m3_channel_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu"]
 GOLDEN_CUSTOM = ["ogs_matmul_xbf16_wbf16_ybf16_bias_betas_act_leaky_scaled",
                  "ogs_matmul_xfp16_wfp16_yfp16_gammas_epi_column_scale",
                  "ogs_matmul_xbf16_wbf16_ybf16_bias_betas_gammas_act_swiglu_epi_column_scale"]

@@ -155,6 +155,13 @@ FORMAT_MOE_SHAPES = [  # label, name, tokens, n, k, E, k_act
      128, 4),
     ("gpt-oss w1 mxfp4 hopper decode", "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu", 4, 5760,
      2880, 128, 4),
+    # e4m3 x (per row, per tensor) with mxfp4 w: fp8 tensor cores, W converted to e4m3 in registers
+    ("gpt-oss w1 e4m3 x mxfp4 hopper", "ogs_matmul_xfp8e4m3_channel_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu",
+     2048, 5760, 2880, 128, 4),
+    ("gpt-oss w2 e4m3 x mxfp4 hopper", "ogs_matmul_xfp8e4m3_channel_wmxfp4hopper_ybf16_ragged_scatter_bias_gammas",
+     2048, 2880, 2880, 128, 4),
+    ("gpt-oss w1 e4m3 x mxfp4 decode", "ogs_matmul_xfp8e4m3_wmxfp4_ybf16_ragged_gather_bias_act_swiglu", 4, 5760, 2880,
+     128, 4),
     # DeepSeek-V3's expert shapes with 64 of its 256 experts (no kernel specializes on the count): all 256 need
     # about 67 GB in one process (the float32 weights twice while drawn, 30 GB each, and the fp8 copy), and the case
     # failed beside the suite's other processes (-n 8) while it passed alone

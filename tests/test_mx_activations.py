@@ -9,7 +9,7 @@ import ogsgen
 from ogsgen import FlexCtx, InFlexData, PrecisionConfig, matmul_ogs, matmul_ogs_torch
 from ogsgen.numerics import dequantize_mx_torch, quantize_mx, swizzle_mx_values
 from ogsgen.testing import assert_close
-from cases import check_mx_output
+from cases import assert_fp32_sums, check_mx_output, fp32_bound
 
 pytestmark = pytest.mark.usefixtures("kernels_on_demand")  # e5m2 x and fp32 outputs beside the default catalog
 
@@ -52,25 +52,6 @@ def weights(w_format, k, n, device, lead=()):
 
 def k_tile(w_format):
     return dict(block_k=64) if w_format == "mxfp4_hopper" else dict(block_k=32)
-
-
-def assert_fp32_sums(want, bound, got):
-    """got within ``bound`` of the float64 ``want`` where want is finite, and of its kind (NaN, or the same inf)
-    where it is not."""
-    got = got.double()
-    finite = want.isfinite()
-    assert torch.equal(got[~finite].isnan(), want[~finite].isnan()), "NaN where the reference is not, or not"
-    assert torch.equal(got[want.isinf()], want[want.isinf()]), "an infinity of the wrong sign, or a finite value"
-    error = (got - want).abs()[finite]
-    assert got[finite].isfinite().all() and (error <= bound[finite]).all(), \
-        f"largest error {(error / bound[finite]).max().item():.3g} of the fp32 sums' bound"
-
-
-def fp32_bound(x_ref, w_ref):
-    """The rounding fp32 sums of K exact products may add: K * 2**-23 * sum |products| per output (plus the
-    smallest subnormal, for sums of tiny products)."""
-    k = x_ref.shape[-1]
-    return k * 2.0 ** -23 * (x_ref.abs().nan_to_num() @ w_ref.abs().nan_to_num()) + 2.0 ** -149
 
 
 # Block scale codes of the edge test, one per block of K (K = 200: the last block holds 8 values): the smallest (0,

@@ -348,3 +348,21 @@ def test_weight_gradient_products_take_wide_tiles():
     assert forced.block_n == 64
     assert inner_flags(2, 128, 2880, 5760, 64, 32, 132, constraints=(("persistent", True),)).persistent
     assert not inner_flags(2, 128, 2880, 5760, 64, 64, 132, constraints=(("persistent", False),)).persistent
+
+
+def test_fp8_x_with_mxfp4_weights_takes_64_deep_k_steps_of_at_most_64_rows():
+    # The tiles whose K loops compile for sm_90 without spilling registers (offline, bench/NOTES.md "fp8 x with
+    # mxfp4 w"): 128-deep steps with gpt-oss's K (a tail) and 128-row tiles spill; not yet measured on a GPU.
+    def fp8_x(tokens, n, k, layout="hopper"):
+        rows = tokens * 4
+        return make_opt_flags(1, 1, rows, n, k, 1, 128, max(1, rows // 128), True, 132, layout,
+                              mx_scales_n_contiguous=True)
+    for layout in ("hopper", "strided"):
+        assert _tile(fp8_x(8192, 5760, 2880, layout))[:5] == (64, 256, 64, 8, 3)
+        assert _tile(fp8_x(2048, 5760, 2880, layout))[:5] == (64, 256, 64, 8, 3)
+        assert _tile(fp8_x(64, 2880, 2880, layout))[:5] == (16, 256, 64, 8, 3)
+    assert _tile(fp8_x(8, 96, 256))[:5] == (16, 128, 64, 8, 3)  # N of one 128-column tile keeps it
+    # mxfp8 x (upcast to bf16) keeps the hopper tiles of bf16 x
+    mxfp8_x = make_opt_flags(1, 1, 8192 * 4, 5760, 2880, 1, 128, 256, True, 132, "hopper", mx_scales_n_contiguous=True,
+                             x_mx=True)
+    assert _tile(mxfp8_x)[:5] == (128, 256, 128, 8, 4)

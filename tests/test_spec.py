@@ -8,9 +8,9 @@ import pytest
 
 import ogsgen
 from ogsgen.errors import SpecError, UnsupportedError
-from ogsgen.spec import (BF16, FP16, FP32, FP8_E4M3, FP8_E4M3_B128, FP8_E4M3_CHANNEL, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, FnSpecs, KernelVariant, NumericFormat,
-                         canonical_name, companions, format_named, topk_plan, topk_split_k_plan,
-                         variant_product)
+from ogsgen.spec import (BF16, FP16, FP32, FP8_E4M3, FP8_E4M3_B128, FP8_E4M3_CHANNEL, FP8_E5M2, MXFP4, MXFP4_HOPPER,
+                         MXFP8_E4M3, FnSpecs, KernelVariant, NumericFormat, canonical_name, companions, format_named,
+                         topk_plan, topk_split_k_plan, variant_product)
 from ogsgen.spec.catalog import Catalog, _expand, default_catalog
 from ogsgen.spec.functions import function_source_hash
 
@@ -108,7 +108,8 @@ def test_formats_express_fp8_and_mx():
 def test_variants_the_spec_expresses_but_no_template_renders_yet():
     KernelVariant(BF16, MXFP4, BF16).check_supported()  # has a path: dequantized in the kernel
     KernelVariant(BF16, MXFP4_HOPPER, BF16).check_supported()
-    with pytest.raises(UnsupportedError, match="hopper-layout mxfp4 weights are upcast to bf16 in registers"):
+    with pytest.raises(UnsupportedError, match="hopper-layout mxfp4 weights are upcast in registers, so x must be "
+                                               "bf16, mxfp8 or e4m3"):
         KernelVariant(FP16, MXFP4_HOPPER, FP16).check_supported()
     with pytest.raises(UnsupportedError, match="only w has swizzled layouts"):
         KernelVariant(BF16, MXFP4, MXFP4_HOPPER).check_supported()
@@ -123,8 +124,16 @@ def test_variants_the_spec_expresses_but_no_template_renders_yet():
         KernelVariant(MXFP8_E4M3, FP8_E4M3_B128, BF16).check_supported()
     with pytest.raises(UnsupportedError, match="MX weights need bf16, fp16 or mxfp8 x"):
         KernelVariant(FP32, MXFP4, FP32).check_supported()
-    with pytest.raises(UnsupportedError, match="MX weights need .* fp8 x with a flexpoint scale is not taken"):
-        KernelVariant(FP8_E4M3, MXFP4, BF16).check_supported()
+    # e4m3 x with mxfp4 w: fp8 dots on W converted to e4m3; not e5m2 x, nor mxfp8 w
+    for x in (FP8_E4M3, FP8_E4M3_CHANNEL):
+        for w in (MXFP4, MXFP4_HOPPER):
+            assert KernelVariant(x, w, BF16).folds_mx_scales
+            KernelVariant(x, w, BF16).check_supported()
+    with pytest.raises(UnsupportedError, match="MX weights need .* not fp8e5m2 x with mxfp4 weights"):
+        KernelVariant(FP8_E5M2, MXFP4, BF16).check_supported()
+    with pytest.raises(UnsupportedError, match="MX weights need .* not fp8e4m3 x with mxfp8e4m3 weights"):
+        KernelVariant(FP8_E4M3, MXFP8_E4M3, BF16).check_supported()
+    assert not KernelVariant(FP8_E4M3_B128, FP8_E4M3_B128, BF16).folds_mx_scales
     with pytest.raises(UnsupportedError, match="must share a format"):
         KernelVariant(BF16, FP16, BF16).check_supported()
 

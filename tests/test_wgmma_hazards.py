@@ -43,6 +43,17 @@ def test_a_register_written_while_its_wgmma_may_be_in_flight_is_found():
     assert "LOP3.LUT R88" in hazards[0].instruction
 
 
+def test_an_fp8_wgmma_register_operand_is_checked_too():
+    # fp8 x with mxfp4 w converts W to e4m3 in registers: sm_90 issues QGMMA (fp8), whose A registers are as
+    # exposed as HGMMA's.
+    sass = _sass("PRMT R40, R2, 0x7604, RZ", "WARPGROUP.ARRIVE",
+                 "QGMMA.64x16x32.F32.E4M3.E4M3 R56, R40, gdesc[UR24], R56, gsb0", "F2FP.SATFINITE.E4M3.F32.PACK_AB R43, R5, R4",
+                 "WARPGROUP.DEPBAR.LE gsb0, 0x0")
+    hazards = find_hazards(sass)
+    assert [(h.hgmma_address, h.write_address) for h in hazards] == [(0x120, 0x130)]
+    assert "wgmma at 0x120" in str(hazards[0])
+
+
 def test_retired_wgmmas_and_other_registers_are_not_hazards():
     sass = _sass("LDS.64 R88, [R2]", "LDS.64 R90, [R2+0x8]", "WARPGROUP.ARRIVE",
                  "HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR12], R24, gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x1",

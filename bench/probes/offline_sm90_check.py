@@ -1,13 +1,12 @@
 """Probe, no GPU needed: which launch parameters give an MX kernel ptxas's in-flight wgmma register hazard.
 
     PYTHONPATH=. python bench/probes/offline_sm90_check.py --out DIR --cases "gpt-oss w1:8192" ... \
-        --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4|mxfp4-kscales|bf16] [--x mxfp8] [--sass]
+        --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4|mxfp4-kscales|bf16] [--x mxfp8|e4m3] [--sass]
 
-Run it with the GPU machine's Triton (its ptxas decides). Each case's call runs on CPU tensors of the real shapes,
-launch captured, bound by Triton for sm_90 as on an H200, compiled, disassembled and checked by
-ogsgen.runtime.wgmma_hazards; DIR/offline_sm90_check.csv: per case and tile, each kernel's hazards,
-registers/stack bytes, K loop instruction mix and shared memory. A tile ending in ``w`` is its waiting kernel. Use
-a fresh TRITON_CACHE_DIR (the kernels choose sm_90's PTX here, which Triton's cache key does not record).
+Run it with the GPU machine's Triton: each case's call runs on CPU tensors of the real shapes, launch captured, bound
+for sm_90, compiled, disassembled and checked by wgmma_hazards; DIR/offline_sm90_check.csv: per case and tile, each
+kernel's hazards, registers/stack bytes, K loop instructions and shared memory. A tile ending in ``w`` is its waiting
+kernel. Use a fresh TRITON_CACHE_DIR (kernels choose sm_90's PTX here; Triton's cache key does not record it).
 """
 from __future__ import annotations
 
@@ -55,9 +54,10 @@ def case_call(name: str, tokens: int, weight_format: str, max_experts: int, x_fo
         tokens, n_expts = max(1, tokens * max_experts // n_expts), max_experts
     rd, gi, si = routing_torch(torch.randn(tokens, n_expts), top_k)
     rows = tokens if mode == "gather" else tokens * top_k
-    x = torch.empty(rows, k, dtype=torch.float8_e4m3fn if x_format == "mxfp8" else torch.bfloat16)
-    # Scales as quantize_mx makes them for mxfp8 x, as bench_moe stores them for w (strides are specialized)
-    fields = dict(act_scale=torch.zeros(rows, k // 32, dtype=torch.uint8)) if x_format == "mxfp8" else {}
+    x = torch.empty(rows, k, dtype=torch.bfloat16 if x_format == "bf16" else torch.float8_e4m3fn)
+    # x's scales as quantize_fp8 (per row) and quantize_mx make them, w's as bench_moe stores them (strides count)
+    fields = {"bf16": {}, "e4m3": dict(act_scale=torch.ones(rows, 1)),
+              "mxfp8": dict(act_scale=torch.zeros(rows, k // 32, dtype=torch.uint8))}[x_format]
     if weight_format == "bf16":
         w = torch.empty(n_expts, k, n, dtype=torch.bfloat16)
     else:
@@ -72,21 +72,21 @@ def case_call(name: str, tokens: int, weight_format: str, max_experts: int, x_fo
 def captured_launches(call, tile):
     """(kernel, grid, args, options) of each launch ``call`` makes under the tile's constraints (none runs)."""
     launches = []
-    real_launch, real_interpreting = launcher.launch, devices.interpreting
+    real = launcher.launch, devices.interpreting, devices.check_interpreter_mode
     launcher.launch = lambda kernel, grid, args, verify=None, compiling=None, **options: launches.append(
         (kernel, grid, args, options))
-    devices.interpreting = lambda: True  # CPU tensors are accepted; kernels are still the compiled ones
+    devices.interpreting, devices.check_interpreter_mode = (lambda: True), (lambda: None)  # CPU tensors, GPU kernels
     try:
         with ogsgen.opt_flags_constraints(**(tile or {})):
             call()
     finally:
-        launcher.launch, devices.interpreting = real_launch, real_interpreting
+        launcher.launch, devices.interpreting, devices.check_interpreter_mode = real
     return launches
 
 
 def k_loop_mix(sass: str) -> str:
     """The K loop (the longest issuing wgmmas, or 16-row tiles' HMMA): its instruction count and opcode counts."""
-    body = max((b for b in wgmma_hazards.loops(sass) if any(re.search(r"\bH[G]?MMA", text) for _, text in b)), key=len)
+    body = max((b for b in wgmma_hazards.loops(sass) if any(re.search(r"\b[HQ]G?MMA", text) for _, text in b)), key=len)
     opcodes = Counter(re.sub(r"^@!?U?P[T0-9]+\s+", "", text).split()[0].split(".")[0] for _, text in body)
     return f"{len(body)}: " + " ".join(f"{op} {n}" for op, n in opcodes.most_common())
 
@@ -119,7 +119,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", default="mxfp4", choices=["mxfp4", "mxfp4-kscales", "bf16"])
-    parser.add_argument("--x", default="bf16", choices=["bf16", "mxfp8"], help="mxfp8: MX activations")
+    parser.add_argument("--x", default="bf16", choices=["bf16", "mxfp8", "e4m3"], help="mxfp8: MX; e4m3: per row")
     parser.add_argument("--sass", action="store_true", help="also write each kernel's SASS listing to DIR")
     parser.add_argument("--cases", nargs="+", required=True, help='"shape:tokens", shapes as in bench_moe')
     parser.add_argument("--tiles", nargs="+", default=[],

@@ -75,9 +75,12 @@ def template_sha256(name: str) -> str:
 def helpers_used(variant: KernelVariant) -> dict:
     """The ``ogsgen.numerics.jit`` functions a variant's kernel imports, by name."""
     helpers = {}
-    if variant.w.layout == "hopper":
+    if variant.folds_mx_scales:  # (it calls the upcasts)
+        helpers["dot_mxfp4_as_e4m3"] = jit.dot_mxfp4_as_e4m3
+    elif variant.w.layout == "hopper":
         helpers["upcast_mxfp4_hopper_words"] = jit.upcast_mxfp4_hopper_words
-    if (variant.w.layout != "hopper" and variant.w.scales_apply == "operand") or variant.x.scales_apply == "operand":
+    if (variant.w.layout != "hopper" and variant.w.scales_apply == "operand" and not variant.folds_mx_scales) \
+            or variant.x.scales_apply == "operand":
         helpers["upcast_mx_rows"] = jit.upcast_mx_rows
     if variant.upcasts_in_registers:
         helpers["request_wgmma_waits"] = jit.request_wgmma_waits

@@ -9,7 +9,8 @@ In every Triton release from 3.3 to 3.9 the interpreter emulates these operation
 * bf16 -> fp32 casts turn bf16's subnormals (below 2**-126) into other values (1e-39 into 4.4e-39): they give their
   values, exactly, as the GPU does;
 * fp32 -> fp8 casts lose the carry of a round-up (1.97 -> 1.0 in e4m3): they round to nearest even and saturate
-  to the largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does;
+  to the largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does; bf16 and fp16 -> fp8 casts
+  too, through their exact fp32 values;
 * fp8 -> wider casts and fp8 dots read e4m3's NaN (0x7F) as 480 and e5m2's infinities and NaNs as finite values:
   they read them as NaN and infinities, as the GPU does;
 * (Triton 3.6; 3.9 is right) ``tl.minimum``, ``tl.maximum`` and ``tl.clamp`` without ``propagate_nan`` return NaN
@@ -148,6 +149,8 @@ def install() -> None:
                                             dst_type.scalar)
         if src.dtype.scalar == tl.bfloat16 and dst_type.scalar == tl.float32:
             return interpreter.TensorHandle(_bf16_bits_to_f32(src.data), tl.float32)
+        if src.dtype.scalar in (tl.bfloat16, tl.float16) and dst_type.scalar in _FP8:  # exact in fp32, then rounded
+            return interpreter.TensorHandle(_f32_to_fp8_bits(_exact_f32(src), dst_type.scalar), dst_type.scalar)
         if src.dtype.scalar != tl.float32:
             return None
         if dst_type.scalar == tl.bfloat16:

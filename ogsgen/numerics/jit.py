@@ -225,6 +225,46 @@ def upcast_mxfp4_hopper_words(words, scales):
     return tl.reshape(w, (SLABS * 16, GROUPS * 64))
 
 
+@triton.jit
+def _mxfp4_as_e4m3(w, codes, HOPPER: tl.constexpr):
+    """A (R, S) e4m3 tile of mxfp4 rows (strided bytes or hopper words, as the upcasts above) times 2 ** (code - 127)
+    per block: exact where every product is an e4m3 value (0 below e4m3's smallest subnormal)."""
+    if HOPPER:
+        values = upcast_mxfp4_hopper_words(w, codes)
+    else:
+        values = upcast_mx_rows(w, codes, "e2m1", tl.bfloat16)
+    return values.to(tl.float8e4nv)
+
+
+@triton.jit
+def dot_mxfp4_as_e4m3(acc, w, w_scales, x, x_scales, HOPPER: tl.constexpr, MAX_NUM_IMPRECISE_ACC: tl.constexpr):
+    """acc + (W^T @ X^T) for one K step of e4m3 x and mxfp4 w, on fp8 tensor cores.
+
+    acc: (BN, BM) float32; w: a (BN, BK) W^T tile of mxfp4 values (strided bytes (BN, BK // 2) or hopper words);
+    w_scales: (BN, BK // 32) e8m0 bytes; x: (BM, BK) e4m3; x_scales: x's float32 scale, a scalar or (1, BM) per row.
+    e2m1 values have two significant bits, so e2m1 * 2**j is an e4m3 value for j in [-8, 6]: with r a column's
+    largest scale code in the step, its blocks of code s >= r - 14 become e2m1 * 2**(s - r + 6) exactly, and the
+    step's dot is multiplied by x's scale, then by 2**(r - 133) (exact: in this order no scale code under- or
+    overflows a product that fp32 holds). A step with a block further below its column's largest (and a step
+    holding e8m0's NaN with smaller codes) takes each block alone instead, exactly too.
+    """
+    BLOCKS: tl.constexpr = w_scales.shape[1]
+    codes = w_scales.to(tl.int32)
+    top = tl.max(codes, axis=1)
+    x_t = tl.trans(x)
+    if tl.min(codes - top[:, None]) >= -14:
+        folded = _mxfp4_as_e4m3(w, (codes - top[:, None] + 133).to(tl.uint8), HOPPER)
+        step_scale = pow2_of_scale(top) * (1.0 / 64)  # 2 ** (top - 133); NaN for e8m0's NaN
+        acc += tl.dot(folded, x_t, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC) * x_scales * step_scale[:, None]
+    else:
+        for j in tl.static_range(BLOCKS):
+            block = tl.broadcast_to((tl.arange(0, BLOCKS) == j)[None, :], codes.shape)
+            alone = _mxfp4_as_e4m3(w, tl.where(block, 133, 0).to(tl.uint8), HOPPER)  # other blocks' values are 0
+            step_scale = pow2_of_scale(tl.max(tl.where(block, codes, 0), axis=1)) * (1.0 / 64)
+            acc += tl.dot(alone, x_t, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC) * x_scales * step_scale[:, None]
+    return acc
+
+
 # A kernel that must run each wgmma to completion before its next instruction (an MX kernel's WAIT_MMA) carries
 # this instruction. ogsgen's compile (ogsgen.runtime.wgmma_hazards.waiting_for_each_wgmma_compiles) deletes it
 # and makes every wgmma.wait_group wait for all groups; compiled any other way, ptxas refuses it by name, so

@@ -310,6 +310,11 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
         # groups for an MX output: where its tile's halves would not be, the tiled kernel (widened below for MX).
         flags = _heuristic(*heuristic_args, False, mx_scales_n_contiguous, x_gathered, split_is_free, w_k_major)
     # Tiles changed here drop the heuristic's register cap and wait for each wgmma, measured for its own tile.
+    if itemsize == 1 and w_mx_layout is not None and not x_mx:
+        # e4m3 x with mxfp4 w: 64-deep K steps of at most 64 rows, 256 columns where N has them, the tiles whose K
+        # loops compile for sm_90 without spilling (bench/NOTES.md, "fp8 x with mxfp4 w"; not measured on a GPU yet)
+        flags = replace(flags, block_m=min(flags.block_m, 64), block_n=256 if n > 128 else flags.block_n, block_k=64,
+                        num_warps=8, num_stages=3, **_MEASURED_FOR_ITS_TILE)
     if bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
     if y_mx and flags.block_n < MX_BLOCK * reduction_n:  # each output tile holds whole scale blocks

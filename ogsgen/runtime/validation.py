@@ -212,9 +212,9 @@ def reject_unsupported(pc: PrecisionConfig):
         return
     check_tensor(pc.act_scale, "precision_config.act_scale")
     if pc.act_scale.dtype == torch.float32:
-        if getattr(pc.weight_scale, "dtype", None) != torch.float32:
-            raise SpecError("precision_config.act_scale of float32 is the scale of an e4m3 x for fp8e4m3_b128 or "
-                            "fp8e4m3_channel weights, which need their float32 precision_config.weight_scale as well "
+        if getattr(pc.weight_scale, "dtype", None) not in (torch.float32, torch.uint8):
+            raise SpecError("precision_config.act_scale of float32 is the scale of an e4m3 x for fp8e4m3_b128, "
+                            "fp8e4m3_channel or mxfp4 weights, which need their precision_config.weight_scale as well "
                             "(ogsgen.prepare_expert_weights(..., format='fp8e4m3_b128').precision_config())")
     elif pc.act_scale.dtype != torch.uint8:
         raise SpecError(f"precision_config.act_scale must be uint8 (the e8m0 scales of an mxfp8 x, one per "
@@ -285,6 +285,8 @@ def operand_formats(x, w, pc: PrecisionConfig):
         w_fmt = plain_format_of(w.dtype, "w")
         if w_fmt != x_fmt and x_fmt.scaling == "none":
             raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
+    if w_fmt.element == "e2m1" and getattr(pc.act_scale, "dtype", None) == torch.float32:
+        x_fmt = _e4m3_rows_format(x, pc)
     if pc.out_scale is not None:  # an MX output: fp8 values and e8m0 scales per 32 columns
         out_dtype = pc.out_dtype or torch.float8_e4m3fn
         if out_dtype not in MX_FP8_BY_DTYPE:
@@ -314,6 +316,18 @@ def _mx_activation_format(x):
                         f"torch.float8_e4m3fn or torch.float8_e5m2, got {x.dtype}; "
                         f"ogsgen.numerics.quantize_mx(x, 'e4m3') makes x's values and scales from a bf16 x")
     return MX_FP8_BY_DTYPE[x.dtype]
+
+
+def _e4m3_rows_format(x, pc: PrecisionConfig):
+    """x's format with mxfp4 w and a float32 precision_config.act_scale: e4m3 scaled per row (or one scale)."""
+    if x.dtype != torch.float8_e4m3fn:
+        raise SpecError(f"precision_config.act_scale of float32 is the scale of an e4m3 x, but x is {x.dtype}; pass "
+                        f"x quantized (ogsgen.numerics.quantize_fp8(x, (1, 0)) gives x per row and its scales) or "
+                        f"drop act_scale")
+    if pc.flex_ctx.lhs_data.scale is not None:
+        raise SpecError("x has two scales, precision_config.act_scale and precision_config.flex_ctx.lhs_data.scale; "
+                        "pass one of them")
+    return FP8_E4M3_CHANNEL
 
 
 def _block_f32_weight_format(w, scale):
@@ -466,9 +480,11 @@ def check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tupl
         _check_act_scale(pc.act_scale, x_fmt, x_lead[-1], k)
     if x_fmt.scaling == "block_e8m0":
         _check_mx_act_scale(pc.act_scale, x_lead, k)
-    if pc.max_num_imprecise_acc is not None and not (x_fmt.bits == 8 and w_fmt.scaling in ("flexpoint",
-                                                                                             "block_f32")):
-        raise SpecError("precision_config.max_num_imprecise_acc applies to fp8 x fp8 matmuls only; leave it None")
+    fp8_dot = x_fmt.bits == 8 and (w_fmt.scaling in ("flexpoint", "block_f32") or (
+        x_fmt.scales_apply == "epilogue" and w_fmt.element == "e2m1"))
+    if pc.max_num_imprecise_acc is not None and not fp8_dot:
+        raise SpecError("precision_config.max_num_imprecise_acc applies to fp8 dots only (fp8 x with fp8 or mxfp4 "
+                        "w); leave it None")
 
 
 def check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) -> tuple[int, int]:

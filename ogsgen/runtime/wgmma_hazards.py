@@ -7,7 +7,8 @@ flight (triton-lang/triton#9433): the product then uses partly next-step values.
 problem depends on the PTX and on ptxas's register allocation (Triton 3.6's binaries have it, also assembled by
 ptxas 13.4; Triton 3.9's do not), so it is checked per compiled binary, on its SASS.
 
-The check follows the K loop (a backward branch) twice, keeping the A registers of each issued HGMMA until a
+The check follows the K loop (a backward branch) twice, keeping the A registers of each issued register-sourced
+wgmma (SASS ``HGMMA``, 16-bit; ``QGMMA``, fp8: fp8 x with mxfp4 w converts W to e4m3 in registers) until a
 ``WARPGROUP.DEPBAR.LE gsb0, N`` retires it (all but the N most recent), and reports every instruction that
 writes one of them meanwhile.
 
@@ -37,14 +38,14 @@ from .loader import cache_dir
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"\.L_x_(\d+):\s*\n\s*/\*([0-9a-f]+)\*/")
 _BRANCH = re.compile(r"BRA\s+`\(\.L_x_(\d+)\)")
-_RS_HGMMA = re.compile(r"HGMMA\.\S+\s+R\d+,\s*R(\d+),")  # register-sourced A: HGMMA D, A, gdesc[B], C
+_RS_WGMMA = re.compile(r"[HQ]GMMA\.\S+\s+R\d+,\s*R(\d+),")  # register-sourced A: HGMMA D, A, gdesc[B], C
 _RETIRE = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)")
 _PREDICATE = re.compile(r"^@!?U?P[T0-9]+\s+")
 # Opcodes whose first operand is not a register they write.
 _NO_DESTINATION = {"ST", "STS", "STG", "STL", "STSM", "RED", "BAR", "BRA", "DEPBAR", "WARPGROUP", "LDGDEPBAR",
                    "LDGSTS", "EXIT", "NOP", "WARPSYNC", "BSYNC", "BSSY", "CALL", "RET", "MEMBAR", "FENCE", "ERRBAR",
-                   "CCTL", "SYNCS", "ARRIVES", "YIELD", "HGMMA"}
-A_OPERAND_REGISTERS = 4  # a thread's share of a 64 x 16 16-bit A tile
+                   "CCTL", "SYNCS", "ARRIVES", "YIELD", "HGMMA", "QGMMA"}
+A_OPERAND_REGISTERS = 4  # a thread's share of a 64 x 16 16-bit A tile (or a 64 x 32 fp8 one)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Hazard:
     instruction: str
 
     def __str__(self):
-        return (f"HGMMA at {self.hgmma_address:#x}, its A register rewritten at {self.write_address:#x}: "
+        return (f"wgmma at {self.hgmma_address:#x}, its A register rewritten at {self.write_address:#x}: "
                 f"{self.instruction}")
 
 
@@ -94,7 +95,7 @@ def loops(sass: str) -> list[list[tuple[int, str]]]:
 
 
 def find_hazards(sass: str) -> list[Hazard]:
-    """Every write to the A registers of an HGMMA that may still be in flight, in nvdisasm's SASS listing."""
+    """Every write to the A registers of a wgmma that may still be in flight, in nvdisasm's SASS listing."""
     hazards = []
     for body in loops(sass):
         in_flight: list[tuple[int, set[int]]] = []
@@ -102,7 +103,7 @@ def find_hazards(sass: str) -> list[Hazard]:
             for at, instruction in body:
                 written = _written_registers(instruction)
                 hazards += [Hazard(hgmma, at, instruction) for hgmma, registers in in_flight if written & registers]
-                if (hgmma := _RS_HGMMA.search(instruction)):
+                if (hgmma := _RS_WGMMA.search(instruction)):
                     first = int(hgmma[1])
                     in_flight.append((at, set(range(first, first + A_OPERAND_REGISTERS))))
                 if (retire := _RETIRE.search(instruction)):
@@ -127,8 +128,9 @@ class RegisterOperandHazard(OgsgenError, RuntimeError):
 
 
 # The verdict cache's format and check version (part of its path too, so a changed check does not reuse old
-# verdicts). Version 1 kept a bare message, and an empty or truncated file read as "clean".
-CHECK_VERSION = 2
+# verdicts). Version 1 kept a bare message, and an empty or truncated file read as "clean"; version 2 saw 16-bit
+# wgmmas only.
+CHECK_VERSION = 3
 
 
 def _verdict_path(binary_hash: str) -> Path:

@@ -91,6 +91,7 @@ def variant_product(formats, activations=(None,), epilogues=(None,), family="mat
 
 
 _BLOCK_F32 = [(FP8_E4M3_B128, FP8_E4M3_B128, BF16), (FP8_E4M3_CHANNEL, FP8_E4M3_CHANNEL, BF16)]
+_E4M3_X_MXFP4_W = [(x, w, BF16) for x in (FP8_E4M3, FP8_E4M3_CHANNEL) for w in (MXFP4, MXFP4_HOPPER)]
 
 
 def default_catalog() -> Catalog:
@@ -148,6 +149,11 @@ def default_catalog() -> Catalog:
                          ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
         *variant_product([(MXFP8_E4M3, w, BF16) for w in (BF16, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, FP8_E4M3)],
                          bias=(False, True)),
+        # fp8 activations with mxfp4 weights (fp8 tensor cores, the weights converted to e4m3 in the kernel): e4m3 x
+        # with a static scale per tensor or a dynamic one per row, gpt-oss's two MoE matmuls and dense calls.
+        *variant_product(_E4M3_X_MXFP4_W, activations=(swiglu,), ragged=(True,), gather=(True,), bias=(False, True)),
+        *variant_product(_E4M3_X_MXFP4_W, ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
+        *variant_product(_E4M3_X_MXFP4_W, bias=(False, True)),
     ]
     # Training: each differentiable variant of those activations (plain operands, rows not scattered nor sent) has a
     # twin whose forward also stores the rows before the activation, for the backward.

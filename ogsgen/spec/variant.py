@@ -145,6 +145,14 @@ class KernelVariant:
                 and self.x.scales_apply != "operand")
 
     @property
+    def folds_mx_scales(self) -> bool:
+        """Whether the dot multiplies e4m3 x (one scale per tensor or per row) by mxfp4 w converted to e4m3 in
+        registers, each block's e8m0 scale folded into its values relative to the largest of its column's blocks in
+        the K step; the rest of that scale and x's scale multiply the step's product (fp8 tensor cores for mxfp4
+        weights without block-scaled MMA: docs/formats.md, "fp8 activations with mxfp4 weights")."""
+        return self.w.element == "e2m1" and self.x.element == "e4m3" and self.x.scales_apply == "epilogue"
+
+    @property
     def dot_element(self) -> str:
         """The element type the dot multiplies: x's, or bf16 where x's scales apply to its values (MX activations,
         upcast to bf16 in registers: an fp8 value times a power of two is exact in bf16 within its range)."""
@@ -180,16 +188,17 @@ class KernelVariant:
         Paths: x, w and y plain (bf16, fp16, fp32) with x == w; fp8 flexpoint w with fp8 x (an fp8
         dot) or with bf16/fp16 x (w upcast in the kernel); MX weights (mxfp4, mxfp8) with bf16/fp16
         x, dequantized in the kernel; fp8 flexpoint x with fp8 w; mxfp8 x (MX activations) with bf16, MX or fp8
-        flexpoint w, every operand upcast to bf16 in the kernel; fp8 flexpoint y; e4m3 x and w with float32
-        block scales of one format (fp8e4m3_b128, fp8e4m3_channel) and a plain y.
+        flexpoint w, every operand upcast to bf16 in the kernel; e4m3 x scaled per tensor (flexpoint) or per row
+        (fp8e4m3_channel) with mxfp4 w, converted to e4m3 in the kernel (``folds_mx_scales``); fp8 flexpoint y;
+        e4m3 x and w with float32 block scales of one format (fp8e4m3_b128, fp8e4m3_channel) and a plain y.
         """
         name = canonical_name(self)
         for fmt_name in ("x", "y"):
             if getattr(self, fmt_name).layout != "strided":
                 raise UnsupportedError(f"{name}: only w has swizzled layouts; {fmt_name} must be 'strided'")
-        if self.w.layout == "hopper" and self.dot_element != "bf16":
-            raise UnsupportedError(f"{name}: hopper-layout mxfp4 weights are upcast to bf16 in registers, so x "
-                                   f"must be bf16 or mxfp8 (got {self.x.name}); use strided mxfp4 weights")
+        if self.w.layout == "hopper" and self.dot_element != "bf16" and not self.folds_mx_scales:
+            raise UnsupportedError(f"{name}: hopper-layout mxfp4 weights are upcast in registers, so x must be bf16, "
+                                   f"mxfp8 or e4m3 (got {self.x.name}); use strided mxfp4 weights")
         if self.x.scaling == "block_e8m0" and self.x.element == "e2m1":
             raise UnsupportedError(f"{name}: mx activations are mxfp8 (e4m3 or e5m2 values), not mxfp4")
         if self.family == "reduce":
@@ -203,6 +212,8 @@ class KernelVariant:
         if self.inner and not (self.x == self.w and self.x.scaling == "none" and self.y.scaling == "none"):
             raise UnsupportedError(f"{name}: inner (ragged-K) products take plain bf16, fp16 or fp32 x and w of one "
                                    f"format and a plain y")
+        if self.folds_mx_scales:
+            return
         x_upcast = self.x.scales_apply == "operand"
         if x_upcast and not (self.w == BF16 or self.w.scaling in ("block_e8m0", "flexpoint")):
             raise UnsupportedError(f"{name}: mxfp8 activations are upcast to bf16 in the kernel, so w must be bf16, "
@@ -216,8 +227,9 @@ class KernelVariant:
             return
         x_plain = self.x.scaling == "none"
         if self.w.scaling == "block_e8m0" and not (x_upcast or (x_plain and self.x.bits == 16)):
-            raise UnsupportedError(f"{name}: MX weights need bf16, fp16 or mxfp8 x (dequantized in the kernel); "
-                                   f"fp8 x with a flexpoint scale is not taken with them")
+            raise UnsupportedError(f"{name}: MX weights need bf16, fp16 or mxfp8 x (dequantized in the kernel), or "
+                                   f"e4m3 x scaled per tensor or per row with mxfp4 weights; not {self.x.name} x "
+                                   f"with {self.w.name} weights")
         if self.w.scaling == "flexpoint" and not (self.x.bits == 8 or (x_plain and self.x.bits == 16)):
             raise UnsupportedError(f"{name}: fp8 weights need fp8, bf16 or fp16 x")
         if self.x.scaling == "flexpoint" and self.w.scaling != "flexpoint":
