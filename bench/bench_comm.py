@@ -5,10 +5,9 @@ rank's symmetric-memory buffer (FusedComm, an all-gather) against the same matmu
 
 Shapes: the expert layers' output widths, dense rows (tokens, K) @ (K, N): gpt-oss-120b w2 (K 2880, N 2880),
 DeepSeek-V3 w2 (K 2048, N 7168). Each rank computes its tokens' rows; afterwards every rank holds all ranks' rows
-(interleaved: row m of rank r at m * world + r). Times: each rank's CUDA events around the step (fused: the matmul
-and the symmetric memory barrier; NCCL: the matmul and all_gather_into_tensor), median of --reps, the slowest rank's;
-the results compared with each other first. Writes results.csv (rank 0) and env.json.
-"""
+(interleaved: row m of rank r at m * world + r). Times: each rank's CUDA events around the step (fused: the matmul and
+the symmetric memory barrier; NCCL: the matmul and all_gather_into_tensor), median of --reps, the slowest rank's; the
+results compared with each other first. Writes results.csv (rank 0) and env.json."""
 from __future__ import annotations
 
 import argparse

@@ -6,20 +6,19 @@
 `python bench/fetch_peers.py third_party` places the peers (triton_kernels; vLLM's fused_moe kernel in
 third_party/vllm, launched by bench/vllm_peer_launch.py); one that is not importable is left out, with a message.
 Shapes: MOE_SHAPES, T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880. Weights bf16 (bf16-kmajor:
-K-contiguous), mxfp4 (the layout prepare_expert_weights picks, hopper on an H200, N-contiguous scales;
-mxfp4-strided, mxfp4-kscales for probes), fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x
-quantized by the call, fp8 cuBLAS as yardstick and ceiling). Peers, in the same process: triton_kernels'
-matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe Triton kernel (bf16; vLLM's default H200 config, the
-expert alignment precomputed; w2 weights each row by its gate, then a sum over the top-k), torch._grouped_mm
-(bf16) and torch.matmul (dense).
+K-contiguous), mxfp4 (the layout prepare_expert_weights picks, hopper on an H200, N-contiguous scales; mxfp4-strided,
+mxfp4-kscales for probes; mxfp4-e4m3x: x in e4m3 per row, quantized before the timed call, no triton_kernels),
+fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x quantized by the call, fp8 cuBLAS as yardstick
+and ceiling). Peers, in the same process: triton_kernels' matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe
+Triton kernel (bf16; vLLM's default H200 config, the expert alignment precomputed; w2 weights each row by its gate,
+then a sum over the top-k), torch._grouped_mm (bf16) and torch.matmul (dense).
 
 Timing: do_bench (eager) and do_bench_cudagraph (graph) medians, a case's implementations in turns. Bytes: x, the
-weights of experts with a row, y; TFLOP/s = 2 * rows * K * N / time. Each case draws its inputs from a seed of its
-own (every run and probe times the same routing). Writes results.csv, a plot, table.md (ratios to the peers,
-geometric means) and env.json. Each output is compared with a float32 reference (matmul_ogs_torch of the
-dequantized operands; torch.matmul for dense): results.csv records the errors and table.md lists every output
-further than ERROR_LIMIT (rms) from it, so that no time is quoted for a wrong result.
-"""
+weights of experts with a row, y; TFLOP/s = 2 * rows * K * N / time. Each case draws its inputs from a seed of its own
+(every run and probe times the same routing). Writes results.csv, a plot, table.md (ratios to the peers, geometric
+means) and env.json. Each output is compared with a float32 reference (matmul_ogs_torch of the dequantized operands;
+torch.matmul for dense): results.csv records the errors and table.md lists every output further than ERROR_LIMIT (rms)
+from it, so that no time is quoted for a wrong result."""
 from __future__ import annotations
 
 import argparse
@@ -57,6 +56,7 @@ MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
     "Qwen3-30B-A3B w2": (128, 8, 768, 2048, "scatter"),
 }
 FP8_FORMATS = ("fp8e4m3_b128", "fp8e4m3_channel")  # checkpoint fp8 formats (x quantized by the call)
+FP8_DOTS = (*FP8_FORMATS, "mxfp4-e4m3x")  # fp8 dots: their yardstick and ceiling are fp8 cuBLAS's
 DENSE_YARDSTICK_TOKENS = 2048  # MoE cases from this many tokens also time a dense matmul of the same M·N·K
 DENSE_SHAPES = [(8192, 8192, 8192), (4096, 5760, 2880), (64, 5760, 2880)]
 
@@ -183,11 +183,14 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si, gammas=rd.gate_scal.float())
     if weight_format.startswith("mxfp4"):
         values, scales = lib.numerics.quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
-        hopper = weight_format in ("mxfp4", "mxfp4-kscales") and torch.cuda.get_device_capability()[0] == 9
+        hopper = weight_format != "mxfp4-strided" and torch.cuda.get_device_capability()[0] == 9
         w = lib.swizzle_mx_values(values.mT) if hopper else values.mT
         # Scales N-contiguous, as prepare_expert_weights stores them; mxfp4-kscales (a probe): K-contiguous.
         pc = lib.PrecisionConfig(weight_scale=scales.mT if weight_format == "mxfp4-kscales"
                                     else scales.mT.contiguous())
+        if weight_format == "mxfp4-e4m3x":  # fp8 tensor cores: x in e4m3 with a scale per row (docs/formats.md)
+            x, x_scale = lib.numerics.quantize_fp8(x, (1, 0))
+            pc.act_scale = x_scale
         w_bytes = active * k * n // 2
     elif weight_format in FP8_FORMATS:
         # A checkpoint's fp8 weights, (E, N, K) as stored, K-contiguous in (E, K, N); x quantized by the call
@@ -200,13 +203,14 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         w_bytes = active * k * n * 2
     else:
         raise ValueError(f"unknown weight format {weight_format!r}: bf16, bf16-kmajor, mxfp4, mxfp4-kscales, "
-                         f"{', '.join(FP8_FORMATS)}")
+                         f"mxfp4-strided, mxfp4-e4m3x, {', '.join(FP8_FORMATS)}")
     y_rows = rows if mode == "gather" else tokens
-    bytes_moved = x.numel() * 2 + w_bytes + y_rows * n * 2
+    bytes_moved = x.numel() * x.element_size() + w_bytes + y_rows * n * 2
     flops = 2 * rows * k * n
 
     # fp8 formats: the reference takes x as the call quantizes it (the contract: docs/formats.md)
     x_ref = fp8_as_computed(x, weight_format) if weight_format in FP8_FORMATS else x
+    x_ref = x.float() * pc.act_scale if weight_format == "mxfp4-e4m3x" else x_ref
 
     def reference(w_ref, routing_data, indices):  # float32 arithmetic, rows in that routing's order
         return lib.matmul_ogs_torch(x_ref, w_ref, None, routing_data, precision_config=lib.PrecisionConfig(
@@ -218,7 +222,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     else:  # ogsgen's mxfp4 dequantized: exact in bf16 (one mantissa bit, power-of-two scales)
         ogsgen_weights = lambda: dequantize_mx_torch(values, scales, "e2m1", dtype=torch.bfloat16).mT  # noqa: E731
     yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
-    if tk is not None and weight_format not in FP8_FORMATS:  # (no such format there)
+    if tk is not None and weight_format not in FP8_DOTS:  # (no such format there)
         tk_matmul, tk_routing = tk
         t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
         t_kwargs = (dict(gather_indx=t_gi) if mode == "gather"
@@ -255,7 +259,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     if tokens >= DENSE_YARDSTICK_TOKENS:  # what the GPU's dense matmul reaches on the same M·N·K, without routing
         x_dense = torch.randn(rows, k, device=device).bfloat16()
         w_dense = dense_w[0]
-        if weight_format in FP8_FORMATS:  # fp8 cuBLAS (per-tensor scales), the fp8 yardstick
+        if weight_format in FP8_DOTS:  # fp8 cuBLAS (per-tensor scales), the fp8 yardstick
             x8, w8, one = x_dense.to(torch.float8_e4m3fn), w_dense.mT.contiguous().mT.to(torch.float8_e4m3fn), \
                 torch.ones((), device=device)
             yield "dense cuBLAS", (lambda: torch._scaled_mm(x8, w8, one, one, out_dtype=torch.bfloat16)), flops, \
@@ -443,7 +447,7 @@ def main():
             for tokens in args.tokens:
                 rows += measure_case(f"{name} {weight_format} T={tokens}", moe_cases(name, tokens, weight_format, tk,
                                                                                           vllm=vllm), ceilings,
-                                     fp8=weight_format in FP8_FORMATS)
+                                     fp8=weight_format in FP8_DOTS)
                 write_csv(rows, args.out / "results.csv")  # what is measured so far survives a later failure
                 torch.cuda.empty_cache()
     if not args.no_dense:

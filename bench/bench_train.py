@@ -7,11 +7,10 @@ The layer, bf16: w1 (tokens gathered, + bias, SwiGLU), w2 (+ bias, times the gat
 top-k), with gradients for x, w1, b1, w2 and b2: two ogsgen.matmul_ogs calls (backward on ogsgen's kernels), or
 torch._grouped_mm and torch ops (K-contiguous weights, as it wants them). Times: do_bench medians of forward +
 backward. TFLOP/s counts three products per weight (y, dX, dW) of 2 * rows * K * N: 9 * rows * K * N1 (rows = T *
-top-k, K the width, N1 w1's N). The output, dx and two experts' gradients are compared with the other library's,
-and each library's b2 gradient with its exact value, so that no time is quoted for a wrong result; a rate above
-the ceilings measured in the same run (bench/ceilings.py) is an error in its row and the run exits 1. Writes
-results.csv, table.md and env.json.
-"""
+top-k, K the width, N1 w1's N). The output, dx and two experts' gradients are compared with the other library's, and
+each library's b2 gradient with its exact value, so that no time is quoted for a wrong result; a rate above the
+ceilings measured in the same run (bench/ceilings.py) is an error in its row and the run exits 1. Writes results.csv,
+table.md and env.json."""
 from __future__ import annotations
 
 import argparse

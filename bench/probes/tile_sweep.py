@@ -3,14 +3,12 @@
     PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|bf16-kmajor|mxfp4|mxfp4-strided|mxfp4-kscales]
         [--cases "gpt-oss w1:256" "dense:64x5760x2880" ...] [--tiles 16x256x128x8x3 16x256x128x8x3w ...] [--in-turn]
 
-Runs matmul_ogs under opt_flags_constraints for each tile; writes OUT/tile_sweep_FORMAT.csv: CUDA-graph medians,
-each tile's largest difference from the heuristic's output (relative to its largest magnitude), ``regs``
-(registers/spills per thread) and ``replaced_by`` (an MX binary with ptxas's wgmma register hazard ran this
-instead: "wait", or a fallback tile; ogsgen.runtime.wgmma_hazards). Tiles run one after another, or with
-``--in-turn`` in turns (three rounds of 40 ms, median), which spreads the clock drift. A tile's suffixes: "w" its
-waiting kernel (wait_mma), "p" the persistent TMA kernel, "s2" split K in two (else unsplit), "r128" at most 128
-registers (maxnreg).
-"""
+Runs matmul_ogs under opt_flags_constraints for each tile; writes OUT/tile_sweep_FORMAT.csv: CUDA-graph medians, each
+tile's largest difference from the heuristic's output (relative to its largest magnitude), ``regs`` (registers/spills
+per thread) and ``replaced_by`` (an MX binary with ptxas's wgmma register hazard ran this instead: "wait", or a
+fallback tile; ogsgen.runtime.wgmma_hazards). Tiles run one after another, or with ``--in-turn`` in turns (three
+rounds of 40 ms, median), which spreads the clock drift. A tile's suffixes: "w" its waiting kernel (wait_mma), "p" the
+persistent TMA kernel, "s2" split K in two (else unsplit), "r128" at most 128 registers (maxnreg)."""
 from __future__ import annotations
 
 import argparse
