@@ -7,8 +7,8 @@ metadata), gather and/or scatter, bias (1-D, or 2-D per expert or batch entry, o
 routing's gate weights among them), out_alpha, the fused SwiGLU, y_acc_in (3-D too, in another dtype too), forced
 tiles, split K, the persistent kernel and enforce_bitwise_invariance; formats bf16, fp16 and fp32, fp8 flexpoint
 (x and w, in one format or mixed, 16-bit x with fp8 w, fp8 outputs with or without an expected scale), and
-mxfp4 / mxfp8 weights (strided in
-any layout, mxfp4 in the hopper layout, or made by ``prepare_expert_weights``). Each call is checked against the
+mxfp4 / mxfp8 weights (strided in any layout, mxfp4 in the hopper layout, or made by ``prepare_expert_weights``)
+with 16-bit x, and mxfp4 with e4m3 x scaled per tensor or per row. Each call is checked against the
 float32 reference on the same (dequantized) operands within its output format's rounding (an fp8 output value by
 value, to an ulp, with its actual_scale), and for what a kernel must not do: write outside y's view or into the rows
 past the routed ones, read outside an input's view (the gaps of every input's storage hold NaN), modify an input,
@@ -52,7 +52,7 @@ import ogsgen  # noqa: E402
 from ogsgen import (FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig, matmul_ogs,  # noqa: E402
                     matmul_ogs_torch)
 from ogsgen.numerics import (actual_scale_torch, dequantize_mx, dequantize_mx_torch,  # noqa: E402
-                             max_finite, quantize_mx, swizzle_mx_values, unswizzle_mx_values)
+                             max_finite, quantize_fp8_torch, quantize_mx, swizzle_mx_values, unswizzle_mx_values)
 from ogsgen.testing import assert_close  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
@@ -195,6 +195,7 @@ class Case:
     bitwise: bool = False
     constraints: tuple = ()
     replay: bool = False         # call twice: the second replays the first's launch plan
+    x_scale: str = ""            # e4m3 x with mxfp4 w: "row" (a float32 act_scale per row), else flexpoint
 
     def __repr__(self):
         fields_ = {k: v for k, v in self.__dict__.items() if v not in (None, False, "", 0, (), {}) or k in (
@@ -221,10 +222,13 @@ def cases(draw, modes=("dense", "batched", "moe"), scaled: bool = False):
         x, w = draw(st.sampled_from(["bf16", "fp16", "fp32"])), "plain"
         out = draw(st.sampled_from(plain_outs))
     else:
-        kind = draw(st.sampled_from(["mx w", "fp8 x", "fp8 w", "mx w", "fp8 out"]))
+        kind = draw(st.sampled_from(["mx w", "fp8 x", "fp8 w", "mx w", "fp8 out", "e4m3 x, mxfp4 w"]))
         if kind == "fp8 x":
             x = draw(st.sampled_from(["e4m3", "e5m2"]))
             w = f"fp8-{draw(st.sampled_from([x, x, 'e4m3', 'e5m2']))}"  # mostly x's format, also the other one
+            out = draw(st.sampled_from(plain_outs + ["e4m3", "e5m2"]))
+        elif kind == "e4m3 x, mxfp4 w":  # fp8 dots on W converted to e4m3
+            x, w = "e4m3", draw(st.sampled_from(["mxfp4", "mxfp4-hopper"]))
             out = draw(st.sampled_from(plain_outs + ["e4m3", "e5m2"]))
         elif kind == "fp8 out":
             x, w = draw(st.sampled_from(["bf16", "fp16", "fp32"])), "plain"
@@ -333,10 +337,11 @@ def cases(draw, modes=("dense", "batched", "moe"), scaled: bool = False):
             constraints["split_k"] = draw(st.sampled_from([2, 3]))
     bitwise = not constraints and draw(st.sampled_from([False, False, False, True]))
     replay = draw(st.sampled_from([False, False, False, True]))
+    x_scale = "row" if x == "e4m3" and mx and mode != "batched" and draw(st.booleans()) else ""
     return Case(seed, mode, x, w, out, m, n, k, batch, n_expts, k_act, routing, drop, ids_dtype, no_metadata,
                 gather, scatter, bias, betas, gammas, out_alpha, swiglu, y_acc_in, y_acc_3d, y, lay, w_scale,
                 prepared, gate_up, flex_expected, saturate, allow_tf32, bitwise, tuple(sorted(constraints.items())),
-                replay)
+                replay, x_scale)
 
 
 # ---------------------------------------------------------------- building a call
@@ -401,7 +406,11 @@ class Call:
         # ---- x
         x_shape = lead_x + (x_rows, c.k)
         flex = {}
-        if c.x in FP8:
+        pc_fields = {}
+        if c.x_scale == "row":
+            x_values, pc_fields["act_scale"] = quantize_fp8_torch(rng.randn(*x_shape), (1, 0))
+            self.x_ref = x_values.float() * pc_fields["act_scale"]
+        elif c.x in FP8:
             x_values = _fp8_values(rng, x_shape, FP8[c.x])
             x_scale = torch.tensor([1.25], device=DEVICE)
             flex["lhs_data"] = InFlexData(scale=x_scale)
@@ -413,7 +422,6 @@ class Call:
         # ---- w
         w_shape = w_lead + (c.k, c.n)
         dense_w = rng.randn(*w_shape) / math.sqrt(max(c.k, 1))
-        pc_fields = {}
         prepared_bias = None
         if c.prepared:
             checkpoint = (dense_w.mT if c.prepared == "out_in" else dense_w).contiguous()
