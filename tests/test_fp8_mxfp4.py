@@ -60,7 +60,8 @@ def run(x, w, bias, fields, scales, **kwargs):
 
 @pytest.mark.parametrize("layout", ["strided", "hopper"])
 @pytest.mark.parametrize("scaling", ["row", "tensor"])
-@pytest.mark.parametrize("k,block_k,spread", [(256, 128, 6), (256, 64, 40), (192, 64, 6), (200, 32, 20)])
+@pytest.mark.parametrize("k,block_k,spread", [(256, 128, 6), pytest.param(256, 64, 40, marks=pytest.mark.slow),
+                                               pytest.param(192, 64, 6, marks=pytest.mark.slow), (200, 32, 20)])
 def test_dense(layout, scaling, k, block_k, spread, device):
     """Scales within the fold window of each K step (spread 6) and past it (spread 20, 40: steps taken block by
     block), whole and partial K steps, a partial last block (K = 200)."""
@@ -126,7 +127,8 @@ def test_edge_scale_codes(layout, device):
 
 
 @pytest.mark.parametrize("layout", ["strided", "hopper"])
-@pytest.mark.parametrize("top_k,split_k", [(1, 1), (2, 1), (2, 2)])
+@pytest.mark.parametrize("top_k,split_k", [pytest.param(1, 1, marks=pytest.mark.slow), (2, 1),
+                                           pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_moe_gather_then_scatter(layout, top_k, split_k, device):
     """gpt-oss's two matmuls in small: w1 gathers token rows (a gathered row's scale is its token's) with bias and
     SwiGLU, w2 takes the sorted rows quantized per row, scatters them with the gates and sums each token's top-k
