@@ -87,10 +87,10 @@ def test_batched_with_a_scale_per_tensor(device):
     assert_fp32_sums(want, fp32_bound(x_ref, w_ref) + 2.0 ** -23 * want.abs(), y)
 
 
-# The scale codes of the edge test's K steps (BLOCK_K = 64: two blocks per step): the fold window's edge (a block
-# 14 binades below its step's largest is folded to e2m1 * 2**-8, whose 0.5 and 1.5 are e4m3 subnormals; 15 below
-# is past it), e8m0's smallest and largest codes (0 is 2**-127; 254 is 2**127, whose products leave fp32's range
-# for large x), codes around 1.0, and e8m0's NaN beside a code within the window (250) and far from it (3).
+# The scale codes of the edge test's K steps (BLOCK_K = 64: two blocks per step): e8m0's smallest and largest codes (0
+# is 2**-127; 254 is 2**127, whose products leave fp32's range for large x), codes around 1.0, e8m0's NaN, and pairs
+# 14 and 15 codes apart. Every column spans them all, so the kernel takes each step's blocks alone
+# (test_the_fold_window tests the folded path at its edges).
 EDGE_STEPS = ((120, 106), (120, 105), (0, 1), (126, 127), (254, 240), (255, 250), (3, 255))
 
 
@@ -123,6 +123,33 @@ def test_edge_scale_codes(layout, device):
     assert want[:, nan_columns].isnan().all() and not want[:, ~nan_columns].isnan().any()
     assert want[4].isinf().any() and not want[0].isinf().any()  # code 254: finite only under a small x scale
     assert (want[:, 8:16] != 0).all() and (want[:, 24:32] != 0).all()  # the window's edge counts, and past it
+    assert_fp32_sums(want, fp32_bound(x_ref, w_ref), y)
+
+
+@pytest.mark.parametrize("layout", ["strided", "hopper"])
+@pytest.mark.parametrize("codes", [(120, 106), (120, 105), (106, 120), (255, 241)])
+def test_the_fold_window(layout, codes, device):
+    """Each column's two K blocks have the codes ``codes``: 14 apart, the tile folds into e4m3 values (the lower
+    block's 0.5 and 1.5 become e4m3's smallest subnormals, 2**-9 and 3 * 2**-9); 15 apart, its blocks go alone; e8m0's
+    NaN (in columns 0-7; the others 250) folds too, with its columns NaN. w is block-diagonal (columns 0-15 read block
+    0, 16-31 block 1), so that a value lost or rounded shows against its own block's sum."""
+    m, k, n = 6, 64, 32
+    values = torch.randint(0, 256, (n, k // 2), device=device, dtype=torch.int32).to(torch.uint8)
+    diagonal = (torch.arange(k, device=device) // 32)[None, :] == (torch.arange(n, device=device) // 16)[:, None]
+    values = torch.where(diagonal.reshape(n, k // 2, 2).all(-1), values, 0)
+    values[16:, 16] = 0x31  # the first two values of block 1 in its columns: 0.5 and 1.5
+    scales = torch.tensor(codes, device=device, dtype=torch.uint8).repeat(n, 1)
+    if 255 in codes:
+        scales[8:, 0] = 250
+    w_ref = dequantized_w(values, scales)
+    x = (torch.randn(m, k, device=device) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
+    x_scale = torch.exp2(torch.arange(m, device=device).float() - 3)[:, None]
+    x_ref = x.double() * x_scale.double()
+    w = swizzle_mx_values(values.mT) if layout == "hopper" else values.mT
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=64):
+        y = run(x, w, None, {"act_scale": x_scale}, scales.mT)
+    want = (x_ref @ w_ref).float().double()
+    assert want[:, :8].isnan().all() == (255 in codes) and not want[:, 8:].isnan().any()
     assert_fp32_sums(want, fp32_bound(x_ref, w_ref), y)
 
 

@@ -75,8 +75,9 @@ def template_sha256(name: str) -> str:
 def helpers_used(variant: KernelVariant) -> dict:
     """The ``ogsgen.numerics.jit`` functions a variant's kernel imports, by name."""
     helpers = {}
-    if variant.folds_mx_scales:  # (it calls the upcasts)
-        helpers["dot_mxfp4_as_e4m3"] = jit.dot_mxfp4_as_e4m3
+    if variant.folds_mx_scales:  # (they call the upcasts)
+        helpers.update(mxfp4_fold_reference=jit.mxfp4_fold_reference, dot_mxfp4_folded=jit.dot_mxfp4_folded,
+                       unfold_mxfp4_scales=jit.unfold_mxfp4_scales, dot_mxfp4_blocks=jit.dot_mxfp4_blocks)
     elif variant.w.layout == "hopper":
         helpers["upcast_mxfp4_hopper_words"] = jit.upcast_mxfp4_hopper_words
     if (variant.w.layout != "hopper" and variant.w.scales_apply == "operand" and not variant.folds_mx_scales) \

@@ -225,6 +225,30 @@ def upcast_mxfp4_hopper_words(words, scales):
     return tl.reshape(w, (SLABS * 16, GROUPS * 64))
 
 
+# e4m3 x with mxfp4 w (docs/formats.md, "fp8 activations with mxfp4 weights"). e2m1 values have two significant bits,
+# so e2m1 * 2**j is an e4m3 value for j in [-8, 6]. Where a W tile's every column has its scale codes over K within 14
+# of its largest, r, each block of code s becomes the e4m3 values e2m1 * 2**(s - r + 6) exactly, one fp8 dot
+# accumulates all of K, and the result is multiplied by x's scale, then by 2**(r - 133) (exact: in this order no
+# scale code under- or overflows a product that fp32 holds). Other tiles take each K step's blocks alone. (A branch
+# on the codes inside the K loop would keep Triton from pipelining its loads: the choice is made once, before it.)
+
+
+@triton.jit
+def mxfp4_fold_reference(ScalePtrs, mask_n, n_blocks, stride_k, BLOCKS: tl.constexpr):
+    """(the largest e8m0 code of each column of a W tile over its n_blocks blocks of K, whether every column's codes
+    lie within 14 of it), read BLOCKS at a time from ScalePtrs ((BN, BLOCKS) pointers at the first ones). Columns
+    past N read 0."""
+    top = tl.zeros((ScalePtrs.shape[0],), dtype=tl.int32)
+    floor = tl.full((ScalePtrs.shape[0],), 255, dtype=tl.int32)
+    blocks = tl.arange(0, BLOCKS)
+    for b in range(0, tl.cdiv(n_blocks, BLOCKS)):
+        valid = mask_n[:, None] & (b * BLOCKS + blocks[None, :] < n_blocks)
+        codes = tl.load(ScalePtrs + b * BLOCKS * stride_k, mask=valid, other=0).to(tl.int32)
+        top = tl.maximum(top, tl.max(codes, axis=1))
+        floor = tl.minimum(floor, tl.min(tl.where(valid, codes, top[:, None]), axis=1))
+    return top, tl.min(floor - top) >= -14
+
+
 @triton.jit
 def _mxfp4_as_e4m3(w, codes, HOPPER: tl.constexpr):
     """A (R, S) e4m3 tile of mxfp4 rows (strided bytes or hopper words, as the upcasts above) times 2 ** (code - 127)
@@ -237,31 +261,33 @@ def _mxfp4_as_e4m3(w, codes, HOPPER: tl.constexpr):
 
 
 @triton.jit
-def dot_mxfp4_as_e4m3(acc, w, w_scales, x, x_scales, HOPPER: tl.constexpr, MAX_NUM_IMPRECISE_ACC: tl.constexpr):
-    """acc + (W^T @ X^T) for one K step of e4m3 x and mxfp4 w, on fp8 tensor cores.
+def dot_mxfp4_folded(acc, w, w_scales, top, x, HOPPER: tl.constexpr, MAX_NUM_IMPRECISE_ACC: tl.constexpr):
+    """acc + W^T @ X^T for one K step of e4m3 x (BM, BK) and a (BN, BK) mxfp4 W^T tile (strided bytes or hopper words,
+    scales (BN, BK // 32)) whose columns' codes lie within 14 of ``top``: W as e2m1 * 2**(s - top + 6)."""
+    codes = tl.maximum(w_scales.to(tl.int32) - top[:, None] + 133, 0)  # (blocks past K: code 0, values 0)
+    folded = _mxfp4_as_e4m3(w, codes.to(tl.uint8), HOPPER)
+    return tl.dot(folded, tl.trans(x), acc, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC)
 
-    acc: (BN, BM) float32; w: a (BN, BK) W^T tile of mxfp4 values (strided bytes (BN, BK // 2) or hopper words);
-    w_scales: (BN, BK // 32) e8m0 bytes; x: (BM, BK) e4m3; x_scales: x's float32 scale, a scalar or (1, BM) per row.
-    e2m1 values have two significant bits, so e2m1 * 2**j is an e4m3 value for j in [-8, 6]: with r a column's
-    largest scale code in the step, its blocks of code s >= r - 14 become e2m1 * 2**(s - r + 6) exactly, and the
-    step's dot is multiplied by x's scale, then by 2**(r - 133) (exact: in this order no scale code under- or
-    overflows a product that fp32 holds). A step with a block further below its column's largest (and a step
-    holding e8m0's NaN with smaller codes) takes each block alone instead, exactly too.
-    """
+
+@triton.jit
+def unfold_mxfp4_scales(acc, top, x_scales):
+    """The folded product acc (BN, BM) times x's scale (a scalar, or (1, BM) per row), then 2 ** (top - 133) per
+    column (NaN for e8m0's NaN)."""
+    return acc * x_scales * (pow2_of_scale(top) * (1.0 / 64))[:, None]
+
+
+@triton.jit
+def dot_mxfp4_blocks(acc, w, w_scales, x, x_scales, HOPPER: tl.constexpr, MAX_NUM_IMPRECISE_ACC: tl.constexpr):
+    """acc + W^T @ X^T for one K step as ``dot_mxfp4_folded`` takes it, whatever the codes: an fp8 dot per block of 32
+    (its values e2m1 * 2**6, the other blocks' 0), times x's scale and 2 ** (s - 133)."""
     BLOCKS: tl.constexpr = w_scales.shape[1]
     codes = w_scales.to(tl.int32)
-    top = tl.max(codes, axis=1)
     x_t = tl.trans(x)
-    if tl.min(codes - top[:, None]) >= -14:
-        folded = _mxfp4_as_e4m3(w, (codes - top[:, None] + 133).to(tl.uint8), HOPPER)
-        step_scale = pow2_of_scale(top) * (1.0 / 64)  # 2 ** (top - 133); NaN for e8m0's NaN
-        acc += tl.dot(folded, x_t, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC) * x_scales * step_scale[:, None]
-    else:
-        for j in tl.static_range(BLOCKS):
-            block = tl.broadcast_to((tl.arange(0, BLOCKS) == j)[None, :], codes.shape)
-            alone = _mxfp4_as_e4m3(w, tl.where(block, 133, 0).to(tl.uint8), HOPPER)  # other blocks' values are 0
-            step_scale = pow2_of_scale(tl.max(tl.where(block, codes, 0), axis=1)) * (1.0 / 64)
-            acc += tl.dot(alone, x_t, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC) * x_scales * step_scale[:, None]
+    for j in tl.static_range(BLOCKS):
+        block = tl.broadcast_to((tl.arange(0, BLOCKS) == j)[None, :], codes.shape)
+        alone = _mxfp4_as_e4m3(w, tl.where(block, 133, 0).to(tl.uint8), HOPPER)
+        product = tl.dot(alone, x_t, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC)
+        acc += unfold_mxfp4_scales(product, tl.max(tl.where(block, codes, 0), axis=1), x_scales)
     return acc
 
 
