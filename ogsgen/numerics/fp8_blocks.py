@@ -87,7 +87,9 @@ def _pow2_at_least(amax_bits: torch.Tensor) -> torch.Tensor:
 
 def _block_scales(amax_bits: torch.Tensor, pow2_scales: bool) -> torch.Tensor:
     """float32 scales of blocks whose |max| has these bits."""
-    scale = _pow2_at_least(amax_bits) if pow2_scales else amax_bits.view(torch.float32) / FP8_E4M3_MAX
+    # (448 as a tensor: torch on CUDA divides by a Python scalar as a multiply by its reciprocal, off by an ulp)
+    amax = amax_bits.view(torch.float32)
+    scale = _pow2_at_least(amax_bits) if pow2_scales else amax / torch.full_like(amax, FP8_E4M3_MAX)
     scale = torch.where((scale == 0) | (amax_bits == 0), 1.0, scale)
     return torch.where(amax_bits >= _NONFINITE_BITS, float("nan"), scale)
 
