@@ -112,12 +112,13 @@ def _min_max_clamp(X, Out):
 
 
 def test_min_max_treat_nan_as_the_gpu(device):
-    # min.f32 / max.f32 return the other operand of a NaN, min.NaN / max.NaN return NaN (PTX ISA); Triton 3.6's
-    # interpreter returned NaN for both (ogsgen.numerics.interpreter corrects it).
+    # min.f32 / max.f32 return the other operand of a NaN, min.NaN / max.NaN return NaN (PTX ISA), and tl.clamp takes
+    # the min first, so a NaN clamps to the upper bound (seen on an H100, Triton 3.6, 2026-12-06); Triton 3.6's
+    # interpreter returned NaN for all three (ogsgen.numerics.interpreter corrects it).
     x = torch.tensor([NAN, 0.5, 3.0, -3.0], device=device)
     out = torch.empty(24, device=device)
     _min_max_clamp[(1,)](x, out)
-    expected = [1.0, 0.5, 1.0, -3.0, 1.0, 1.0, 3.0, 1.0, -1.0, 0.5, 1.0, -1.0,
+    expected = [1.0, 0.5, 1.0, -3.0, 1.0, 1.0, 3.0, 1.0, 1.0, 0.5, 1.0, -1.0,
                 NAN, 0.5, 1.0, -3.0, NAN, 1.0, 3.0, 1.0, NAN, 0.5, 1.0, -1.0]
     torch.testing.assert_close(out.cpu(), torch.tensor(expected), equal_nan=True, rtol=0, atol=0)
 
@@ -132,17 +133,30 @@ def _fp8_reads(X, Out, N: tl.constexpr):
     tl.store(Out + 2 * N + i, tl.sum(tl.dot(tl.broadcast_to(x[:, None], (N, 32)), ones), 1) / 512)  # (exact)
 
 
+def _e5m2_as_triton_reads_it_in_bf16(values: torch.Tensor) -> torch.Tensor:
+    """e5m2 codes through Triton 3.6's e5m2 -> bf16 cast on sm_90: infinities and NaNs (exponent 31) read as the
+    finite 2**16 * (1 + m / 4) with their sign; every other code exactly."""
+    codes = values.view(torch.uint8).long()
+    special = (codes & 0x7C) == 0x7C
+    finite = 2.0 ** 16 * (1 + (codes & 3) / 4) * torch.where(codes >= 0x80, -1.0, 1.0)
+    return torch.where(special, finite.float(), values.float())
+
+
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
-def test_fp8_nan_and_infinities_read_as_the_gpu(dtype, device):
-    # e4m3's 0x7F and e5m2's 0x7F are NaN, e5m2's 0x7C infinity: casts and dots read them so (Triton's interpreter
-    # read them as finite values; ogsgen.numerics.interpreter corrects it).
-    specials = [NAN, 2.0, -448.0] + ([INF, -INF] if dtype == torch.float8_e5m2 else [1.0, -1.0])
-    x = torch.tensor(specials + [0.5] * 11, device=device).to(dtype)
-    out = torch.empty(48, device=device)
-    _fp8_reads[(1,)](x, out, N=16)
-    want = x.float().cpu()
-    for part in out.cpu().view(3, 16):
-        torch.testing.assert_close(part, want, equal_nan=True, rtol=0, atol=0)
+def test_fp8_codes_read_as_the_gpu(dtype, device):
+    # Every code, through a cast to fp32, a cast to bf16 and an fp8 dot: e4m3's 0x7F and e5m2's 0x7D-0x7F are NaN and
+    # e5m2's 0x7C infinity, except that Triton's e5m2 -> bf16 cast reads exponent 31 as a finite number (seen on an
+    # H100, Triton 3.6, 2026-12-06; Triton's interpreter read them all as finite values; ogsgen.numerics.interpreter
+    # corrects it to the GPU's reading).
+    x = torch.arange(256, dtype=torch.uint8).view(dtype).to(device)
+    out = torch.empty(3 * 256, device=device)
+    _fp8_reads[(1,)](x, out, N=256)
+    f32, bf16, dot = out.cpu().view(3, 256)
+    want = x.cpu().float()
+    torch.testing.assert_close(f32, want, equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(dot, want, equal_nan=True, rtol=0, atol=0)
+    want_bf16 = _e5m2_as_triton_reads_it_in_bf16(x.cpu()) if dtype == torch.float8_e5m2 else want
+    torch.testing.assert_close(bf16, want_bf16, equal_nan=True, rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------- MX: a block with a NaN or an infinity has scale 0xFF
@@ -221,3 +235,16 @@ def test_mx_output_gives_nonfinite_blocks_the_nan_scale(split_k, device):
     assert not y.view(torch.uint8)[expected.repeat_interleave(32, dim=1)].any()
     got = dequantize_mx_torch(y, out_scale, "e4m3")
     assert torch.equal(got.isnan(), expected.repeat_interleave(32, dim=1))
+
+
+@pytest.mark.usefixtures("kernels_on_demand")
+def test_e5m2_weights_keep_their_nan_and_infinities_with_bf16_x(device):
+    # bf16 x times e5m2 w (flexpoint): w is upcast to bf16 through fp32, since Triton's direct e5m2 -> bf16 cast reads
+    # e5m2's NaN and infinities as finite values (test_fp8_codes_read_as_the_gpu).
+    x = torch.randn(8, 64, device=device).bfloat16()
+    w = (torch.randn(64, 32, device=device) / 8).to(torch.float8_e5m2)
+    w[3, 5], w[10, 9], w[20, 17] = NAN, INF, -INF
+    y = matmul_ogs(x, w, None)
+    ref = matmul_ogs_torch(x.float(), w.float(), None)
+    assert ref[:, 5].isnan().all() and ref[:, 9].isinf().all() and ref[:, 17].isinf().all()
+    assert_close_nonfinite(ref, y.float(), what="bf16 x, e5m2 w")

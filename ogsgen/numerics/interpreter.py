@@ -12,10 +12,12 @@ In every Triton release from 3.3 to 3.9 the interpreter emulates these operation
   to the largest finite value (NaN stays NaN), as Hopper's ``cvt.rn.satfinite`` does; bf16 and fp16 -> fp8 casts
   too, through their exact fp32 values;
 * fp8 -> wider casts and fp8 dots read e4m3's NaN (0x7F) as 480 and e5m2's infinities and NaNs as finite values:
-  they read them as NaN and infinities, as the GPU does;
+  they read them as NaN and infinities, as the GPU does; except e5m2 -> bf16, which on the GPU (Triton 3.6, sm_90)
+  reads e5m2's infinities and NaNs as 65536, 81920, 98304 and 114688 (with their sign), and does so here too;
 * (Triton 3.6; 3.9 is right) ``tl.minimum``, ``tl.maximum`` and ``tl.clamp`` without ``propagate_nan`` return NaN
-  for a NaN operand: they return the other operand, as the GPU's ``min.f32`` / ``max.f32`` do (with
-  ``propagate_nan=tl.PropagateNan.ALL`` both give NaN, as ``min.NaN.f32`` does);
+  for a NaN operand: they return the other operand, as the GPU's ``min.f32`` / ``max.f32`` do, and ``tl.clamp``
+  of a NaN gives its upper bound (min first); with ``propagate_nan=tl.PropagateNan.ALL`` they give NaN, as
+  ``min.NaN.f32`` does;
 * inline PTX does not run at all: ogsgen's own PTX blocks run by their definitions, in numpy (the packed e2m1 ->
   bf16 upcasts, bytes elementwise and hopper-layout words by their bit map; and the waiting kernels' marker, which
   only instructs ogsgen's compile, as nothing). Other inline assembly still raises NotImplementedError.
@@ -71,6 +73,15 @@ def _f32_to_fp8_bits(values: np.ndarray, dst) -> np.ndarray:
 
 def _fp8_bits_to_f32(bits: np.ndarray, src) -> np.ndarray:
     return torch.from_numpy(np.ascontiguousarray(bits, dtype=np.uint8)).view(_FP8[src][0]).float().numpy()
+
+
+def _e5m2_bits_to_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    """Triton's e5m2 -> bf16 cast on sm_90 (3.6): the code's exponent rebiased with integer arithmetic, so the
+    infinities and NaNs (exponent 31) read as the finite 2**16 * (1 + m/4); zeros, subnormals and normals are exact."""
+    codes = np.ascontiguousarray(bits, dtype=np.uint8).astype(np.uint16)
+    exact = _f32_to_bf16_bits(_fp8_bits_to_f32(bits, tl.float8e5))
+    rebiased = (codes & 0x80) << 8 | (((codes & 0x7F) << 5) + (112 << 7))
+    return np.where((codes & 0x7C) == 0x7C, rebiased, exact).astype(np.uint16)
 
 
 def _exact_f32(handle) -> np.ndarray:
@@ -143,6 +154,8 @@ def install() -> None:
     def fixed_cast(src, dst_type):
         if src.dtype.scalar in _FP8 and dst_type.scalar in (tl.float32, tl.float16, tl.bfloat16):  # an upcast
             values = _fp8_bits_to_f32(src.data, src.dtype.scalar)
+            if dst_type.scalar == tl.bfloat16 and src.dtype.scalar == tl.float8e5:
+                return interpreter.TensorHandle(_e5m2_bits_to_bf16_bits(src.data), tl.bfloat16)
             if dst_type.scalar == tl.bfloat16:
                 return interpreter.TensorHandle(_f32_to_bf16_bits(values), tl.bfloat16)
             return interpreter.TensorHandle(values.astype(np.float16 if dst_type.scalar == tl.float16 else np.float32),
@@ -174,9 +187,10 @@ def install() -> None:
         return definition(*values)
 
     # A min/max that does not propagate NaN returns the other operand (a NaN only from two NaNs): np.fmin/np.fmax.
+    # tl.clamp without propagate_nan is min(x, hi) first, then the max with lo: a NaN x gives hi.
     def create_clampf(self, arg, lo, hi, propagate_nans):
         if propagate_nans == tl.PropagateNan.NONE:
-            return self.binary_op(self.binary_op(arg, lo, np.fmax), hi, np.fmin)
+            return self.binary_op(self.binary_op(arg, hi, np.fmin), lo, np.fmax)
         return self.ternary_op(arg, lo, hi, np.clip)
 
     builder.create_minnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)
