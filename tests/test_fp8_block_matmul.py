@@ -143,8 +143,8 @@ def test_errors(device):
 
 @pytest.mark.slow
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(st.data())
-def test_fuzz_moe_calls(data):
+@given(data=st.data())
+def test_fuzz_moe_calls(data, device):
     """Random MoE calls of both formats: K block-aligned or ragged, top-k, gather or scatter, bias, extreme scales
     (weights and activations spanning many binades)."""
     fmt = data.draw(st.sampled_from(FORMATS))
@@ -156,17 +156,30 @@ def test_fuzz_moe_calls(data):
     spread = data.draw(st.sampled_from([0.0, 8.0]))   # log2 range of the magnitudes
     gather = data.draw(st.booleans())
     torch.manual_seed(data.draw(st.integers(0, 2 ** 16)))
-    magnitude = lambda *shape: torch.exp2(torch.rand(*shape) * spread - spread / 2)  # noqa: E731
-    prepared = ogsgen.prepare_expert_weights(torch.randn(experts, n, k) * magnitude(experts, 1, k), format=fmt)
-    rd, gi, si = ogsgen.routing(torch.randn(tokens, experts), top_k)
-    bias = torch.randn(experts, n) if data.draw(st.booleans()) else None
+    magnitude = lambda *shape: torch.exp2(torch.rand(*shape, device=device) * spread - spread / 2)  # noqa: E731
+    prepared = ogsgen.prepare_expert_weights(torch.randn(experts, n, k, device=device) * magnitude(experts, 1, k), format=fmt)
+    rd, gi, si = ogsgen.routing(torch.randn(tokens, experts, device=device), top_k)
+    bias = torch.randn(experts, n, device=device) if data.draw(st.booleans()) else None
     if gather:
-        x = (torch.randn(tokens, k) * magnitude(tokens, 1)).bfloat16()
+        x = (torch.randn(tokens, k, device=device) * magnitude(tokens, 1)).bfloat16()
         y = matmul_ogs(x, prepared.w, bias, rd, gather_indx=gi, precision_config=prepared.precision_config())
         want = _reference(x, prepared, fmt, bias, rd, gi)
     else:
-        x = (torch.randn(tokens * top_k, k) * magnitude(tokens * top_k, 1)).bfloat16()
+        x = (torch.randn(tokens * top_k, k, device=device) * magnitude(tokens * top_k, 1)).bfloat16()
         y = matmul_ogs(x, prepared.w, bias, rd, None, si, gammas=rd.gate_scal,
                        precision_config=prepared.precision_config())
         want = _reference(x, prepared, fmt, bias, rd, None, si, gammas=rd.gate_scal)
     assert_close(want, y, maxtol=1e-2, rmstol=5e-3)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_max_num_imprecise_acc_past_one_k_step(fmt, device):
+    """precision_config.max_num_imprecise_acc larger than the tile's K step (Triton refuses a dot that would sum more
+    than its K imprecisely): each K step is promoted, which is what the value asks for and more."""
+    x = torch.randn(16, 256, device=device).bfloat16()
+    prepared = _weights(fmt, 1, 256, 64, device)
+    pc = PrecisionConfig(weight_scale=prepared.weight_scale[0], out_dtype=torch.float32, max_num_imprecise_acc=256)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=64):
+        y = matmul_ogs(x, prepared.w[0], None, precision_config=pc)
+    want = _x_as_the_kernel_sees_it(x, fmt) @ prepared.dequantize()[0].double()
+    assert_close(want, y, maxtol=1e-5, rmstol=1e-5)

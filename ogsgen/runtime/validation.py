@@ -82,8 +82,10 @@ def check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act,
         raise SpecTypeError(f"precision_config.out_dtype must be a torch.dtype (e.g. torch.float32) or None, got "
                             f"{pc.out_dtype!r}")
     if pc.max_num_imprecise_acc is not None and (not isinstance(pc.max_num_imprecise_acc, int)
-                                                 or isinstance(pc.max_num_imprecise_acc, bool)):
-        raise SpecTypeError(f"precision_config.max_num_imprecise_acc must be an int or None, got "
+                                                 or isinstance(pc.max_num_imprecise_acc, bool)
+                                                 or pc.max_num_imprecise_acc < 0):
+        raise SpecTypeError(f"precision_config.max_num_imprecise_acc must be a non-negative int (K values an fp8 dot "
+                            f"sums in the tensor cores' reduced precision before adding to float32) or None, got "
                             f"{pc.max_num_imprecise_acc!r}")
     if routing_data is not None:
         for name in ("n_expts_tot", "n_expts_act"):

@@ -189,6 +189,10 @@ _MATMUL_EPILOGUE = (
     (Param("out_alpha", lambda a: 1.0 if a.out_alpha is None else float(a.out_alpha)),),
     *_FUNCTION_ARGS,
 )
+def _at_most(value: int | None, limit: int) -> int | None:
+    return None if value is None else min(value, limit)
+
+
 _MATMUL_TILES = (Param("BLOCK_M", lambda a: a.flags.block_m, constexpr=True),
                  Param("BLOCK_N", lambda a: a.flags.block_n, constexpr=True),
                  Param("BLOCK_K", lambda a: a.flags.block_k, constexpr=True),
@@ -264,7 +268,8 @@ TILED = (
     *_FUNCTIONS,
     (Param("DOT_PRECISION", lambda a: "tf32" if a.call.pc.allow_tf32 else "ieee", lambda v: v.x.element == "fp32",
            constexpr=True),),
-    (Param("MAX_NUM_IMPRECISE_ACC", lambda a: a.call.pc.max_num_imprecise_acc,
+    # (at most the K of one dot, BLOCK_K, as Triton asks: promoting more often than asked is only more precise)
+    (Param("MAX_NUM_IMPRECISE_ACC", lambda a: _at_most(a.call.pc.max_num_imprecise_acc, a.flags.block_k),
            lambda v: v.fp8_dot or v.folds_mx_scales,
            constexpr=True),),
     _SATURATE,
