@@ -12,6 +12,7 @@ from compat_layers import (ALPHA, LIMIT, checkpoint_moe, library, pack_bitmatrix
 from ogsgen.errors import SpecError, SpecTypeError, UnsupportedError
 from ogsgen.numerics import quantize_mx_torch, swizzle_mx_values
 from ogsgen.testing import assert_close
+from cases import assert_fp32_sums, fp8_dot_bound
 
 OURS = "ogsgen.compat.triton_kernels"
 
@@ -87,9 +88,12 @@ def test_fp8_activations_with_mxfp4_weights_through_the_seed_api(default_layout,
     pc = mo.PrecisionConfig(weight_scale=quant["w1_precision"].weight_scale, out_dtype=torch.float32,
                             flex_ctx=mo.FlexCtx(lhs_data=mo.InFlexData(dtype=torch.float8_e4m3fn, scale=scale)))
     out = mo.matmul_ogs(x, w13, quant["w1_bias"], routing_data, gather_indx=gather_indx, precision_config=pc)
-    want = ogsgen.matmul_ogs_torch(x.float() * scale, t["w13_ref"], t["w13_bias"], *ogsgen.routing(
-        (t["x"] @ t["wg"]).float() + t["bg"], 2)[:2], precision_config=ogsgen.PrecisionConfig(out_dtype=torch.float32))
-    assert_close(want, out.float(), maxtol=1e-5, rmstol=1e-5)
+    ours = ogsgen.routing((t["x"] @ t["wg"]).float() + t["bg"], 2)[:2]
+    fp32 = ogsgen.PrecisionConfig(out_dtype=torch.float32)
+    want = ogsgen.matmul_ogs_torch(x.float() * scale, t["w13_ref"], t["w13_bias"], *ours, precision_config=fp32)
+    abs_sums = ogsgen.matmul_ogs_torch((x.float() * scale).abs(), t["w13_ref"].abs(), None, *ours, precision_config=fp32)
+    # the exact products of the dequantized operands, summed by the fp8 tensor cores (and fp32's last bit)
+    assert_fp32_sums(want.double(), fp8_dot_bound(abs_sums.double()) + 2.0 ** -22 * want.double().abs(), out)
 
 
 def test_vllm_expert_parallel_map_drops_other_ranks_experts(device):
@@ -246,7 +250,7 @@ def test_bitmatrix_that_disagrees_with_its_ids_is_refused(device):
     good = tensor.Bitmatrix(words, shape=[2, 32], shape_max=[2, None])
     routing_data, _, _ = routing.routing_from_bitmatrix(good, weights, ids, 4, 2)
     assert routing_data.expt_hist.tolist() == [1, 1, 1, 1]
-    bad = tensor.Bitmatrix(pack_bitmatrix(ids.flip(0), 4)[[0, 0]], shape=[2, 32], shape_max=[2, None])
+    bad = tensor.Bitmatrix(pack_bitmatrix(ids.flip(0)[[0, 0]], 4), shape=[2, 32], shape_max=[2, None])
     with pytest.raises(SpecError, match="bitmatrix does not hold the experts of the ids it comes with"):
         routing.routing_from_bitmatrix(bad, weights, ids, 4, 2)
     with pytest.raises(SpecError, match=r"expt_indx must be \(n_tokens, n_expts_act=3\)"):
