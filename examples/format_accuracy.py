@@ -1,10 +1,11 @@
 """The accuracy of each format path of a gpt-oss-shaped MoE MLP, against the same layer in float64.
 
-    TRITON_INTERPRET=1 python examples/format_accuracy.py                    # the table of docs/formats.md (CPU)
-    TRITON_INTERPRET=1 python examples/format_accuracy.py --write docs/formats.md   # ... and rewrite it there
+    python examples/format_accuracy.py                          # the table of docs/formats.md, on a GPU
+    python examples/format_accuracy.py --write docs/formats.md  # ... and rewrite it there
+    TRITON_INTERPRET=1 python examples/format_accuracy.py       # on the CPU (a few minutes)
 
 The layer: top-k routing -> w1 (gather, + bias, SwiGLU(1.702, 7.0)) -> h -> w2 (+ bias, times the gates, scattered
-and summed), gpt-oss's structure at a width the CPU runs in seconds (the errors are relative ones of sums over K,
+and summed), gpt-oss's structure at a width the CPU runs in minutes (the errors are relative ones of sums over K,
 which change little with the width: see --hidden). Every path starts from the same float32 weights and bf16 x; its
 error is the output's against the float64 layer of those weights and x ("layer"), and against the float64 layer of
 the weights as the path stores them ("own weights": what the activation and intermediate formats add).
@@ -24,6 +25,7 @@ import ogsgen
 from ogsgen.numerics import quantize_fp8, quantize_mx
 
 SWIGLU_ARGS = (1.702, 7.0)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # (name, weights format, x format): x "mxfp8" makes h mxfp8 too (w1 writes it, w2 reads it), x "e4m3 per row" makes
 # h e4m3 per row too (quantize_fp8 before each matmul), else h is bf16
 PATHS = [("bf16 x, bf16 w", "bf16", "bf16"), ("bf16 x, mxfp8 w", "mxfp8e4m3", "bf16"),
@@ -50,7 +52,7 @@ def layer_float64(x, logits, w1, b1, w2, b2, top_k):
     """The layer in float64, from weights (E, K, N) in the kernels' order (w1's gate/linear columns interleaved)."""
     weights, experts = torch.topk(logits, top_k, dim=-1)
     weights = torch.softmax(weights, dim=-1).double()
-    out = torch.zeros(x.shape[0], w2.shape[-1], dtype=torch.float64)
+    out = torch.zeros(x.shape[0], w2.shape[-1], dtype=torch.float64, device=x.device)
     for expert in range(w1.shape[0]):
         token, slot = torch.nonzero(experts == expert, as_tuple=True)
         if token.numel():
@@ -64,7 +66,7 @@ def run_path(x, logits, w1, w2, top_k, x_format):
     swiglu = ogsgen.FusedActivation(ogsgen.swiglu, SWIGLU_ARGS)
     if x_format == "mxfp8":
         x_values, x_scales = quantize_mx(x, "e4m3")
-        h_scales = torch.empty(gi.src_indx.numel(), -(-w1.w.shape[-1] // 64), dtype=torch.uint8)
+        h_scales = torch.empty(gi.src_indx.numel(), -(-w1.w.shape[-1] // 64), dtype=torch.uint8, device=x.device)
         h = ogsgen.matmul_ogs(x_values, w1.w, w1.bias, rd, gather_indx=gi, fused_activation=swiglu,
                               precision_config=w1.precision_config(act_scale=x_scales, out_scale=h_scales))
         pc2 = w2.precision_config(act_scale=h_scales)
@@ -95,6 +97,8 @@ def accuracy_table(tokens=128, hidden=512, intermediate=512, experts=8, top_k=4,
     b1, b2 = torch.randn(experts, 2 * intermediate, generator=generator) * 0.1, \
         torch.randn(experts, hidden, generator=generator) * 0.1
     x, logits = activations(tokens, hidden, generator), torch.randn(tokens, experts, generator=generator)
+    # (drawn on the CPU, the same numbers on any device)
+    gate_up, down, b1, b2, x, logits = (t.to(DEVICE) for t in (gate_up, down, b1, b2, x, logits))
     exact = {}
     rows = ["| path | w1, w2 | x | h | rms error (layer) | max error (layer) | rms error (own weights) |",
             "|---|---|---|---|---|---|---|"]

@@ -1,12 +1,17 @@
 """Test set-up: without a GPU, kernels run through Triton's CPU interpreter (with its known defects corrected,
 ogsgen.numerics.interpreter); with one, the same tests run on the GPU."""
+import contextlib
 import os
+import tempfile
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 HAS_CUDA = torch.cuda.is_available()
+_GPU_MEMORY_LOCK = Path(tempfile.gettempdir()) / "ogsgen-tests-large-gpu-memory.lock"
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -24,6 +29,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_memory(request):
+    """On a GPU, tests marked large_gpu_memory take turns (a file lock shared by every pytest process on the machine:
+    xdist workers, the gate's fuzzers), and a test that leaves more than 2 GiB in torch's cache returns it, so that
+    the gate's processes share one card."""
+    if not HAS_CUDA:
+        yield
+        return
+    with (FileLock(_GPU_MEMORY_LOCK) if request.node.get_closest_marker("large_gpu_memory")
+          else contextlib.nullcontext()):
+        yield
+    if torch.cuda.memory_reserved() > 2 << 30:
+        torch.cuda.empty_cache()
 
 
 @pytest.fixture
@@ -74,3 +94,13 @@ def kernels_on_demand(tmp_path_factory):
         os.environ.pop("OGSGEN_CACHE_DIR", None)
     else:
         os.environ["OGSGEN_CACHE_DIR"] = old_cache
+
+
+@pytest.fixture
+def host_checks(monkeypatch):
+    """The routing checks that read routing data back to the host, on a GPU too (there they run only with
+    OGSGEN_DEBUG=1; on the CPU always): a test of refused routing expects their SpecError. Without them a GPU catches
+    bad expert ids and histograms by device asserts, which end the process (ogsgen.moe.checks)."""
+    from ogsgen.moe import checks
+
+    monkeypatch.setattr(checks, "DEBUG", True)

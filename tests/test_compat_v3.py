@@ -206,6 +206,7 @@ def test_reduce(device):
         reduce_module.reduce(x[0], 1)
 
 
+@pytest.mark.usefixtures("host_checks")
 def test_unsupported_and_wrong_arguments_are_refused_by_name(device):
     mm, tensor = library(OURS, "matmul", "tensor")
     with pytest.raises(UnsupportedError, match="pass an ogsgen.FusedComm"):

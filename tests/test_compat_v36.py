@@ -184,6 +184,7 @@ def test_sparse_matrix_metadata_and_ragged_metadata(device):
     assert_close(scores, topk_module.topk(logits, 2, apply_softmax=False).vals)
 
 
+@pytest.mark.usefixtures("host_checks")
 def test_routing_data_rebuilt_from_the_metadata(device):
     mo, tensor = library(OURS, "matmul_ogs", "tensor")
     hist = torch.tensor([3, 0, 2, 1] + [0] * 28, dtype=torch.int32, device=device)
@@ -198,6 +199,7 @@ def test_routing_data_rebuilt_from_the_metadata(device):
         mo.RoutingData(gate_scal, None, 4, 1, tensor.make_ragged_tensor_metadata(hist, 7))
 
 
+@pytest.mark.usefixtures("host_checks")
 def test_unsupported_and_wrong_arguments_are_refused_by_name(device):
     mo, topk_module, swiglu, tensor = library(OURS, "matmul_ogs", "topk", "swiglu", "tensor")
     with pytest.raises(SpecError, match=r"folds 2 columns into one \(reduction_n=2\); pass reduction_n=2"):

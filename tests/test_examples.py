@@ -11,6 +11,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
+# The examples run at their full sizes on a GPU (several GiB each): they take turns (tests/conftest.py).
+pytestmark = pytest.mark.large_gpu_memory
+
 
 def _env():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

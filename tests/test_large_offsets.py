@@ -29,6 +29,7 @@ def _fill(view: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("case", ["w K-contiguous", "w N-contiguous", "x K-major", "y column-major",
                                   "y_acc_in column-major", "split-K reduce into column-major y"])
+@pytest.mark.large_gpu_memory
 def test_offsets_past_2_31(case, device):
     m, k, n = 16, 32, 65
     x = torch.randn(m, k, device=device).half()

@@ -306,7 +306,7 @@ def test_a_constrained_tile_drops_the_heuristic_wait_for_each_wgmma():
     assert flags({"maxnreg": 96}).wait_mma  # not a tile key
 
 
-def test_matmul_picks_hopper_tiles_by_the_scales_layout(monkeypatch):
+def test_matmul_picks_hopper_tiles_by_the_scales_layout(monkeypatch, device):
     # 256 dense rows of hopper-layout mxfp4: 128x256x128 with N-contiguous scales, 64x256x64 with K-contiguous.
     import torch
 
@@ -319,10 +319,11 @@ def test_matmul_picks_hopper_tiles_by_the_scales_layout(monkeypatch):
     launches = []
     monkeypatch.setattr(launcher, "launch", lambda kernel, grid, args, verify=None, compiling=None, **options:
                         launches.append((args["BLOCK_M"], args["BLOCK_N"], args["BLOCK_K"], options)))
-    monkeypatch.setattr(devices, "interpreting", lambda: True)  # CPU tensors accepted; nothing runs
-    values, scales = quantize_mx_torch(torch.randn(256, 256).mT.contiguous(), "e2m1", axis=-1)  # (N, K // 32)
-    w = swizzle_mx_values(values.mT, capability=(9, 0))
-    x = torch.randn(256, 256).bfloat16()
+    if device == "cpu":
+        monkeypatch.setattr(devices, "interpreting", lambda: True)  # CPU tensors accepted; nothing runs
+    values, scales = quantize_mx_torch(torch.randn(256, 256, device=device).mT.contiguous(), "e2m1", axis=-1)
+    w = swizzle_mx_values(values.mT, capability=(9, 0))  # (scales: (N, K // 32))
+    x = torch.randn(256, 256, device=device).bfloat16()
     for weight_scale in (scales.mT.contiguous(), scales.mT):
         ogsgen.matmul_ogs(x, w, None, precision_config=ogsgen.PrecisionConfig(weight_scale=weight_scale))
     assert launches[0][:3] == (128, 256, 128) and launches[0][3]["num_warps"] == 8
