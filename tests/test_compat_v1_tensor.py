@@ -242,6 +242,7 @@ def test_layouts_ogsgen_cannot_read_are_refused(device):
         mo.matmul_ogs(x, OtherLibrarysTensor(), None, precision_config=pc)
 
 
+@pytest.mark.usefixtures("host_checks")
 def test_bitmatrix_that_disagrees_with_its_ids_is_refused(device):
     tensor, routing = library(OURS, "tensor", "routing")
     ids = torch.tensor([[0, 2], [1, 3]], dtype=torch.int16, device=device)

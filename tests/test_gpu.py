@@ -283,8 +283,8 @@ def test_offsets_past_2_31_realistic(case):
     import gc
     gc.collect()
     torch.cuda.empty_cache()  # the other cases' tensors
-    if _free_gib() < 40:
-        pytest.skip("needs about 40 GiB of free GPU memory")
+    if _free_gib() < 20:
+        pytest.skip("needs about 20 GiB of free GPU memory")
     from ogsgen.testing import assert_close
     torch.manual_seed(0)
     y = None
@@ -302,8 +302,9 @@ def test_offsets_past_2_31_realistic(case):
         constraints = dict(split_k=8)
     with ogsgen.opt_flags_constraints(**constraints):
         out = ogsgen.matmul_ogs(x, w, None, y=y)
-    ref = torch.matmul(x.float(), w.float())
-    assert_close(ref, out.float(), what=case)
+    for start in range(0, out.shape[1], 4096):  # (in column blocks: the whole float64 comparison takes 67 GiB)
+        columns = slice(start, start + 4096)
+        assert_close(x.float() @ w[:, columns].float(), out[:, columns].float(), what=f"{case}, columns {start}+")
     if y is not None:
         assert out.data_ptr() == y.data_ptr()
 
