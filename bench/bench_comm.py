@@ -11,7 +11,6 @@ results compared with each other first. Writes results.csv (rank 0) and env.json
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
 import os
@@ -26,6 +25,8 @@ import torch.multiprocessing as mp
 import triton
 
 import ogsgen
+
+from bench_moe import write_csv
 
 SHAPES = {"gpt-oss-120b w2": (2880, 2880), "DeepSeek-V3 w2": (2048, 7168)}
 
@@ -100,10 +101,7 @@ def main():
         results = manager.dict()
         mp.spawn(_rank, args=(args.world, 29700 + os.getpid() % 1000, args, results), nprocs=args.world, join=True)
         rows = results["rows"]
-    with open(args.out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, args.out / "results.csv")
     for row in rows:
         print(f"{row['case']:28s} {row['impl']:26s} {row['ms']} ms  outputs agree: {row['agree']}")
 

@@ -16,9 +16,9 @@ then a sum over the top-k), torch._grouped_mm (bf16) and torch.matmul (dense).
 Timing: do_bench (eager) and do_bench_cudagraph (graph) medians, a case's implementations in turns. Bytes: x, the
 weights of experts with a row, y; TFLOP/s = 2 * rows * K * N / time. Each case draws its inputs from a seed of its own
 (every run and probe times the same routing). Writes results.csv, a plot, table.md (ratios to the peers, geometric
-means) and env.json. Each output is compared with a float32 reference (matmul_ogs_torch of the dequantized operands;
-torch.matmul for dense): results.csv records the errors and table.md lists every output further than ERROR_LIMIT (rms)
-from it, so that no time is quoted for a wrong result."""
+means) and env.json. Each output is compared with a float32 reference (moe_reference: matmul_ogs_torch's arithmetic,
+one dequantized expert at a time; torch.matmul for dense): results.csv records the errors and table.md lists every
+output further than ERROR_LIMIT (rms) from it, so that no time is quoted for a wrong result."""
 from __future__ import annotations
 
 import argparse
@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -59,8 +60,6 @@ FP8_FORMATS = ("fp8e4m3_b128", "fp8e4m3_channel")  # checkpoint fp8 formats (x q
 FP8_DOTS = (*FP8_FORMATS, "mxfp4-e4m3x")  # fp8 dots: their yardstick and ceiling are fp8 cuBLAS's
 DENSE_YARDSTICK_TOKENS = 2048  # MoE cases from this many tokens also time a dense matmul of the same M·N·K
 DENSE_SHAPES = [(8192, 8192, 8192), (4096, 5760, 2880), (64, 5760, 2880)]
-
-
 GRAPH_ROUNDS, GRAPH_REP_MS = 3, 40
 
 
@@ -123,29 +122,29 @@ def vllm_fused_moe(vllm, x, w, logits, top_k, mode):
         vllm.invoke_fused_moe_kernel(x, w_enk, out, flat_gates, sorted_ids, expert_ids, padded_rows, not gather,
                                      top_k if gather else 1, config)
         return out if gather else out.view(tokens, top_k, -1).sum(1)
-    if gather:
-        return run, lambda: vllm.torch_reference(x, w, topk_ids)
+    gate_rows = torch.arange(topk_ids.numel(), device=x.device)  # gate t*top_k+j: token t's j-th expert
 
     def reference():
-        per_gate = vllm.torch_reference(x, w, topk_ids.reshape(-1, 1)).view(tokens, top_k, -1)
-        return (per_gate * gates.unsqueeze(2)).sum(1)
+        per_gate = expert_products(x, gate_rows // top_k if gather else gate_rows, topk_ids.reshape(-1).long(),
+                                   w.__getitem__, w.shape[2]).view(tokens, top_k, -1)
+        return per_gate if gather else (per_gate * gates.unsqueeze(2)).sum(1)
     return run, reference
 
 
 def triton_kernels_mxfp4(dense_w):
     """triton_kernels' own mxfp4 weights for Hopper (its swizzled value and scale layouts), as vLLM prepares them,
-    and a function giving them back dequantized (bf16, exact) for the reference."""
+    and a function giving expert e's back dequantized (bf16, exact), (K, N), for the reference."""
     from triton_kernels.matmul_ogs import PrecisionConfig
     from triton_kernels.numerics_details.mxfp import downcast_to_mxfp, upcast_from_mxfp
     from triton_kernels.tensor import FP4, convert_layout, wrap_torch_tensor
     from triton_kernels.tensor_details import layout
-
     values, scales = downcast_to_mxfp(dense_w, torch.uint8, axis=1)
     value_layout, value_opts = layout.make_default_matmul_mxfp4_w_layout(mx_axis=1)
     scale_layout, scale_opts = layout.make_default_matmul_mxfp4_w_scale_layout(mx_axis=1, num_warps=8)
     w = convert_layout(wrap_torch_tensor(values, dtype=FP4), value_layout, **value_opts)
     w_scale = convert_layout(wrap_torch_tensor(scales), scale_layout, **scale_opts)
-    return w, PrecisionConfig(weight_scale=w_scale), lambda: upcast_from_mxfp(values, scales, torch.bfloat16, axis=1)
+    return w, PrecisionConfig(weight_scale=w_scale), \
+        lambda e: upcast_from_mxfp(values[e:e + 1], scales[e:e + 1], torch.bfloat16, axis=1)[0]
 
 
 def seed_case(*key) -> None:
@@ -163,6 +162,35 @@ def fp8_as_computed(x, weight_format):
     """x quantized as a call with these weights quantizes it, dequantized (float32)."""
     block = (1, FP8_BLOCK) if weight_format == "fp8e4m3_b128" else (1, 0)
     return dequantize_fp8_torch(*quantize_fp8_torch(x.float(), block), block)
+
+
+def dequantized_expert(prepared, e) -> torch.Tensor:
+    """Expert e of PreparedWeights in float32, (K, N): dequantize() of that expert alone."""
+    return replace(prepared, w=prepared.w[e:e + 1], weight_scale=prepared.weight_scale[e:e + 1]).dequantize()[0]
+
+
+def expert_products(x, rows, experts, expert_w, n) -> torch.Tensor:
+    """y[i] = x[rows[i]] @ w[experts[i]] in float32 (0 past the end of ``experts``), ``expert_w(e)`` (K, n) asked once
+    per expert, one at a time: a reference holds one expert's weights in float32, not all (DeepSeek-V3's: 28 GiB)."""
+    y = torch.zeros(len(rows), n, device=x.device)
+    for e in torch.unique(experts).tolist():
+        picked = (experts == e).nonzero().squeeze(1)
+        y[picked] = x[rows[picked]].float() @ expert_w(e).float()
+    return y
+
+
+def moe_reference(x, expert_w, n, routing_data, gather_indx=None, scatter_indx=None, gammas=None):
+    """matmul_ogs_torch's float32 result (rows in the routing's order), from one expert's weights at a time."""
+    k = routing_data.n_expts_act
+    rows = gather_indx.src_indx.long() // k if gather_indx is not None else torch.arange(x.shape[0], device=x.device)
+    experts = torch.repeat_interleave(routing_data.expt_hist.long())  # the routing's rows come sorted by expert
+    y = expert_products(x, rows, experts, expert_w, n)
+    if gammas is not None:
+        y *= gammas[:, None]
+    if scatter_indx is not None:
+        routed, summed = scatter_indx.dst_indx >= 0, torch.zeros(len(rows) // k, n, device=x.device)
+        y = summed.index_add_(0, scatter_indx.dst_indx[routed].long() // k, y[routed])
+    return y
 
 
 def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=None):
@@ -192,35 +220,26 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
             x, x_scale = lib.numerics.quantize_fp8(x, (1, 0))
             pc.act_scale = x_scale
         w_bytes = active * k * n // 2
+        expert_w = lambda e: dequantize_mx_torch(values[e], scales[e], "e2m1").mT  # noqa: E731  (exact in float32)
     elif weight_format in FP8_FORMATS:
         # A checkpoint's fp8 weights, (E, N, K) as stored, K-contiguous in (E, K, N); x quantized by the call
         prepared = lib.prepare_expert_weights(dense_w.mT, format=weight_format)
         w, pc = prepared.w, prepared.precision_config()
         w_bytes = active * k * n + active * prepared.weight_scale[0].numel() * 4
+        expert_w = lambda e: dequantized_expert(prepared, e)  # noqa: E731
     elif weight_format in ("bf16", "bf16-kmajor"):
         # bf16-kmajor: the same values K-contiguous, as nn.Linear checkpoints and vLLM's (E, N, K) weights hold them
         w, pc = (dense_w if weight_format == "bf16" else dense_w.mT.contiguous().mT), lib.PrecisionConfig()
         w_bytes = active * k * n * 2
+        expert_w = dense_w.__getitem__
     else:
         raise ValueError(f"unknown weight format {weight_format!r}: bf16, bf16-kmajor, mxfp4, mxfp4-kscales, "
                          f"mxfp4-strided, mxfp4-e4m3x, {', '.join(FP8_FORMATS)}")
-    y_rows = rows if mode == "gather" else tokens
-    bytes_moved = x.numel() * x.element_size() + w_bytes + y_rows * n * 2
+    bytes_moved = x.numel() * x.element_size() + w_bytes + (rows if mode == "gather" else tokens) * n * 2
     flops = 2 * rows * k * n
-
     # fp8 formats: the reference takes x as the call quantizes it (the contract: docs/formats.md)
     x_ref = fp8_as_computed(x, weight_format) if weight_format in FP8_FORMATS else x
     x_ref = x.float() * pc.act_scale if weight_format == "mxfp4-e4m3x" else x_ref
-
-    def reference(w_ref, routing_data, indices):  # float32 arithmetic, rows in that routing's order
-        return lib.matmul_ogs_torch(x_ref, w_ref, None, routing_data, precision_config=lib.PrecisionConfig(
-            out_dtype=torch.float32), **indices)
-    if weight_format.startswith("bf16"):
-        ogsgen_weights = lambda: dense_w  # noqa: E731
-    elif weight_format in FP8_FORMATS:
-        ogsgen_weights = prepared.dequantize
-    else:  # ogsgen's mxfp4 dequantized: exact in bf16 (one mantissa bit, power-of-two scales)
-        ogsgen_weights = lambda: dequantize_mx_torch(values, scales, "e2m1", dtype=torch.bfloat16).mT  # noqa: E731
     yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
     if tk is not None and weight_format not in FP8_DOTS:  # (no such format there)
         tk_matmul, tk_routing = tk
@@ -228,10 +247,10 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         t_kwargs = (dict(gather_indx=t_gi) if mode == "gather"
                     else dict(scatter_indx=t_si, gammas=t_rd.gate_scal.float()))
         t_indices = dict(t_kwargs)
-        t_dequantized = lambda: dense_w  # noqa: E731
+        t_expert_w = dense_w.__getitem__
         if weight_format.startswith("mxfp4"):
             try:
-                t_w, t_pc, t_dequantized = triton_kernels_mxfp4(dense_w)
+                t_w, t_pc, t_expert_w = triton_kernels_mxfp4(dense_w)
                 t_kwargs["precision_config"] = t_pc
             except Exception as exc:  # recorded as this peer's error row
                 t_w, t_kwargs = exc, {}
@@ -244,7 +263,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
             return tk_matmul.matmul_ogs(x, t_w, None, t_rd, **t_kwargs)
         yield "triton_kernels", run_triton_kernels, flops, bytes_moved
         # Its own reference: its routing's row order, and for mxfp4 its own quantization of the same weights.
-        yield "reference triton_kernels", lambda: reference(t_dequantized(), t_rd, t_indices), None, None
+        yield "reference triton_kernels", lambda: moe_reference(x_ref, t_expert_w, n, t_rd, **t_indices), None, None
     if weight_format.startswith("bf16") and vllm is not None:
         run_vllm, vllm_reference = vllm_fused_moe(vllm, x, w, logits, top_k, mode)
         yield "vLLM fused_moe", run_vllm, flops, bytes_moved
@@ -268,7 +287,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         else:
             yield "dense cuBLAS", (lambda: torch.matmul(x_dense, w_dense)), flops, (rows * k + k * n + rows * n) * 2
             yield "reference dense cuBLAS", (lambda: x_dense.float() @ w_dense.float()), None, None
-    yield "reference", lambda: reference(ogsgen_weights(), rd, kwargs), None, None
+    yield "reference", lambda: moe_reference(x_ref, expert_w, n, rd, **kwargs), None, None
 
 
 def dense_cases(m, n, k, tk, lib=ogsgen):
@@ -434,10 +453,9 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     tk, vllm = triton_kernels_or_none(), vllm_or_none()
     ceilings = measure_ceilings()
-    env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "triton": triton.__version__, "ogsgen": ogsgen.__version__,
-           "python": platform.python_version(), "triton_kernels": tk is not None,
-           "vllm_fused_moe": vllm is not None, "ceilings": ceilings.as_dict(),
+    env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "triton": triton.__version__, "ogsgen": ogsgen.__version__, "python": platform.python_version(),
+           "triton_kernels": tk is not None, "vllm_fused_moe": vllm is not None, "ceilings": ceilings.as_dict(),
            "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
     (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     rows = []

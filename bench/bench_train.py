@@ -14,7 +14,6 @@ table.md and env.json."""
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import datetime
 import json
@@ -34,6 +33,7 @@ from triton.testing import do_bench
 
 import ogsgen
 
+from bench_moe import write_csv
 from ceilings import Ceilings, exit_if_impossible, measure as measure_ceilings
 
 SHAPES = {  # name: (experts, top-k, width, w1 N)
@@ -156,10 +156,7 @@ def main():
     for name in args.shapes:
         for tokens in args.tokens:
             rows += case(name, tokens, ceilings)
-            with open(args.out / "results.csv", "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-                writer.writeheader()
-                writer.writerows(rows)
+            write_csv(rows, args.out / "results.csv")
             (args.out / "table.md").write_text(table(rows))  # what is measured survives a later failure
     print(table(rows))
     exit_if_impossible(rows)

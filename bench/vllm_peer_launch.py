@@ -66,13 +66,3 @@ def invoke_fused_moe_kernel(A, B, C, topk_weights, sorted_token_ids, expert_ids,
         compute_type=tl.bfloat16, use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False,
         per_channel_quant=False, naive_block_assignment=sorted_token_ids is None, HAS_BIAS=False,
         BLOCK_SIZE_K=block_k, SWAP_AB=False, USE_TD=False, **config)
-
-
-def torch_reference(x, w_ekn, topk_ids):
-    """y[t, j] = x[t] @ w[topk_ids[t, j]] in float32, (T, k, N), an expert at a time."""
-    k, flat = topk_ids.shape[1], topk_ids.reshape(-1).long()
-    y = torch.zeros(flat.numel(), w_ekn.shape[2], device=x.device)
-    for e in torch.unique(flat).tolist():
-        gates = (flat == e).nonzero().squeeze(1)
-        y[gates] = x[gates // k].float() @ w_ekn[e].float()
-    return y.view(*topk_ids.shape, -1)

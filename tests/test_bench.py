@@ -151,6 +151,67 @@ def test_fp8_products_are_held_to_the_fp8_ceiling():
         CEILINGS.check("a bf16 case", tflops=900.0)
 
 
+@pytest.mark.parametrize("mode", ["gather", "scatter"])
+def test_the_moe_reference_dequantizes_one_expert_at_a_time_and_equals_the_direct_one(mode, device):
+    """bench_moe's reference asks for an expert's weights only when the routing gave it rows, once, after the
+    previous expert's are freed; its result is bitwise the direct reference's (matmul_ogs_torch on all experts'
+    weights dequantized at once, as the bench computed it before), for bf16 and two scaled formats."""
+    import weakref
+
+    import ogsgen
+    from bench_moe import dequantized_expert, moe_reference
+    from ogsgen.numerics import dequantize_mx_torch
+    n_expts, top_k, tokens, k, n = 8, 2, 3, 256, 128  # 6 gates over 8 experts: some experts get no rows
+    rd, gi, si = ogsgen.routing(torch.randn(tokens, n_expts, device=device), top_k)
+    x = torch.randn(tokens if mode == "gather" else tokens * top_k, k, device=device).bfloat16()
+    kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si, gammas=rd.gate_scal.float())
+    dense_w = torch.randn(n_expts, k, n, device=device).bfloat16()
+    fp8 = ogsgen.prepare_expert_weights(dense_w.mT, format="fp8e4m3_b128")
+    values, scales = ogsgen.numerics.quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
+    formats = {  # (all experts dequantized at once, expert e's alone) as bench_moe's reference took them
+        "bf16": (dense_w, dense_w.__getitem__),
+        "fp8e4m3_b128": (fp8.dequantize(), lambda e: dequantized_expert(fp8, e)),
+        "mxfp4": (dequantize_mx_torch(values, scales, "e2m1", dtype=torch.bfloat16).mT,
+                  lambda e: dequantize_mx_torch(values[e], scales[e], "e2m1").mT)}
+    hit = (rd.expt_hist > 0).nonzero().flatten().tolist()
+    assert 0 < len(hit) < n_expts
+    for name, (all_w, expert_w) in formats.items():
+        asked, held = [], []
+
+        def one_expert(e):
+            assert all(earlier() is None for earlier in held), f"{name}: an earlier expert's weights still held"
+            asked.append(e)
+            w_e = expert_w(e).float()  # (a float32 copy of bf16 weights, as the reference makes)
+            held.append(weakref.ref(w_e))
+            return w_e
+        got = moe_reference(x, one_expert, n, rd, **kwargs)
+        assert asked == hit, name
+        direct = ogsgen.matmul_ogs_torch(x, all_w, None, rd, precision_config=ogsgen.PrecisionConfig(
+            out_dtype=torch.float32), **kwargs)
+        assert got.dtype == torch.float32 and got.abs().max() > 1 and torch.equal(got, direct), name
+
+
+@pytest.mark.parametrize("mode", ["gather", "scatter"])
+def test_the_vllm_peers_reference_is_its_products_with_the_chosen_experts(mode, device):
+    """vLLM fused_moe's reference (one expert's weights at a time): y[t, j] = x[t] @ w[topk_ids[t, j]] for w1;
+    for w2, x's rows are the gates t * top_k + j, weighted by their gates and summed per token."""
+    import bench_moe
+    import vllm_peer_launch  # (the launcher only: the kernel is not needed for the reference)
+    n_expts, top_k, tokens, k, n = 8, 2, 5, 64, 32
+    logits = torch.randn(tokens, n_expts, device=device)
+    x = torch.randn(tokens if mode == "gather" else tokens * top_k, k, device=device).bfloat16()
+    w = torch.randn(n_expts, k, n, device=device).bfloat16()
+    _, reference = bench_moe.vllm_fused_moe(vllm_peer_launch, x, w, logits, top_k, mode)
+    chosen = torch.topk(logits, top_k, dim=1)
+    chosen_w = w.float()[chosen.indices]  # (T, top_k, K, N): every gate's expert, all at once
+    if mode == "gather":
+        want = torch.einsum("tk,tjkn->tjn", x.float(), chosen_w)
+    else:
+        per_gate = torch.einsum("tjk,tjkn->tjn", x.float().view(tokens, top_k, k), chosen_w)
+        want = (per_gate * torch.softmax(chosen.values, dim=1)[:, :, None]).sum(1)
+    torch.testing.assert_close(reference(), want, rtol=1e-5, atol=1e-4)
+
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = sorted(p.relative_to(BENCH).as_posix() for p in [*BENCH.glob("*.py"), *BENCH.glob("probes/*.py")])
 
@@ -163,7 +224,9 @@ def test_each_benchmark_and_probe_imports_and_answers_help(script, monkeypatch, 
     spec = importlib.util.spec_from_file_location(f"bench_smoke_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # (dataclasses look their module up)
-    monkeypatch.delenv("TRITON_INTERPRET")  # as run from a shell: offline_sm90_check.py refuses the interpreter
+    # As run from a shell, whether or not conftest.py set it (it does only without a GPU): offline_sm90_check.py
+    # refuses the interpreter.
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.syspath_prepend(str(path.parent))  # as run as a script: its folder first on the path
     spec.loader.exec_module(module)
     if 'if __name__ == "__main__":' not in path.read_text():
@@ -215,6 +278,7 @@ def test_fetch_peers_places_triton_kernels_and_vllms_fused_moe_kernel_from_one_w
     assert kernel.startswith(fetch_peers.HEADER) and "helper_the_bench_does_not_take" not in kernel
     assert kernel.index("def write_zeros_to_output") < kernel.index('@triton.jit(do_not_specialize=["n"])')
     monkeypatch.syspath_prepend(str(dest / "vllm"))
+    monkeypatch.delitem(sys.modules, "vllm_peer_launch", raising=False)  # imported earlier without the kernel placed
     import vllm_peer_launch
     assert vllm_peer_launch.fused_moe_kernel.fn.__name__ == "fused_moe_kernel"
     assert fetch_peers.fetch(dest) and len(downloads) == 1  # placed: not downloaded again

@@ -85,10 +85,8 @@ def parse_case(text):
 
 
 def case_fn(name, size, weight_format):
-    if name == "dense":
-        cases = bench_moe.dense_cases(*size, None)
-    else:
-        cases = bench_moe.moe_cases(name, size, weight_format, None)
+    cases = (bench_moe.dense_cases(*size, None) if name == "dense"
+             else bench_moe.moe_cases(name, size, weight_format, None))
     impl, fn, flops, _ = next(cases)
     assert impl == "ogsgen"
     return fn, flops
@@ -123,11 +121,10 @@ def main():
                 if tile is None:
                     run = fn
                 else:
-                    constraints = tile
                     if name != "dense" and tile["block_m"] > 128:
                         raise ValueError("ragged rows take block_m <= 128")
 
-                    def run(constraints=constraints):
+                    def run(constraints=tile):
                         with ogsgen.opt_flags_constraints(**constraints):
                             return fn()
                 matmul.forget_hazard_replacements()
