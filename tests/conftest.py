@@ -96,6 +96,19 @@ def kernels_on_demand(tmp_path_factory):
         os.environ["OGSGEN_CACHE_DIR"] = old_cache
 
 
+@pytest.fixture(params=["hopper", "strided"])
+def default_layout(request, monkeypatch):
+    """The mxfp4 layouts ogsgen.compat's default helpers pick: the hopper ones (a GPU with wgmma) or the strided
+    ones."""
+    import ogsgen
+    from ogsgen.compat import _tensor
+
+    if HAS_CUDA and request.param == "hopper" and not ogsgen.devices.target().wgmma:
+        pytest.skip("the hopper layouts need a GPU with wgmma")
+    monkeypatch.setattr(_tensor, "_hopper_layouts_wanted", lambda: request.param == "hopper")
+    return request.param
+
+
 @pytest.fixture
 def host_checks(monkeypatch):
     """The routing checks that read routing data back to the host, on a GPU too (there they run only with
