@@ -275,7 +275,7 @@ def vllm38_moe_forward(prefix, hidden_states, w1, w2, gating_output, topk, quant
 
 
 def test_vllm_38_gpt_oss_mxfp4_path(default_layout, kernels_on_demand, device):
-    # Its second matmul (ragged, gate weights, no scatter) is outside the default catalog: rendered on demand
+    # Its mxfp4 second matmul (ragged, gate weights, no scatter) is outside the default catalog: rendered on demand
     t = checkpoint_moe(device)
     w13, w2, quant = vllm_prepare(OURS, t, sm90=default_layout == "hopper")  # on Hopper: padded scales
     gating_output = (t["x"] @ t["wg"]).float() + t["bg"]
