@@ -1,6 +1,8 @@
-"""Fetch vLLM's gpt-oss MoE module, and the two modules of vLLM's that the tests run with it, unchanged from vLLM
-0.33.0's wheel (the one bench/fetch_peers.py takes the bench's peers from; about 340 MB, downloaded with pip) into
-DIR, by default third_party/vllm_moe (git-ignored), where tests/test_compat_install.py looks for them:
+"""Fetch vLLM's gpt-oss MoE module and the two vLLM modules the tests run with it, unchanged, from vLLM's wheel.
+
+The wheel is vLLM 0.33.0's (the one bench/fetch_peers.py takes the bench's peers from; about 340 MB, downloaded with
+pip); the files go into DIR, by default third_party/vllm_moe (git-ignored), where tests/test_compat_install.py looks
+for them:
 
 * vllm/model_executor/layers/fused_moe/experts/gpt_oss_triton_kernels_moe.py: the MoE forward of each triton_kernels
   generation;
