@@ -2,6 +2,7 @@
 gpt-oss's checkpoint and vLLM's loader hold them), vLLM's mxfp4 weight preparation and the torch reference of the
 layer. Caller code is written here from the callers' documented call patterns (docs/compat.md names them)."""
 import importlib
+import importlib.util
 
 import torch
 
@@ -47,13 +48,16 @@ def reference_layer(t, routing):
                                    round_y=lambda rows: rows.bfloat16().float())
 
 
-def swizzle_mxfp4(prefix, quant_tensor, scale, num_warps=4):
-    """vLLM's mxfp4 weight preparation for the OAI Triton MoE (its mxfp4_utils' swizzle): checkpoint (E, out,
+def swizzle_mxfp4(prefix, quant_tensor, scale, num_warps=4, sm90=False):
+    """vLLM's mxfp4 weight preparation for the OAI Triton MoE (its mxfp4_utils' _swizzle_mxfp4): checkpoint (E, out,
     in // 2) values and (E, out, in // 32) scales, transposed to put the quantized axis at dim 1, wrapped, and
-    converted to the default layouts of the GPU."""
+    converted to the default layouts of the GPU. ``sm90``: as on compute capability 9.0, where vLLM pads the scales'
+    K groups with zeros to a multiple of 4 (gpt-oss: 90 -> 92)."""
     tensor, layout, numerics = library(prefix, "tensor", "tensor_details.layout", "numerics")
     value_layout, value_layout_opts = layout.make_default_matmul_mxfp4_w_layout(mx_axis=1)
     scale_layout, scale_layout_opts = layout.make_default_matmul_mxfp4_w_scale_layout(mx_axis=1, num_warps=num_warps)
+    if sm90:
+        scale = torch.nn.functional.pad(scale, (0, -scale.shape[-1] % 4))
     quant_tensor, scale = quant_tensor.transpose(-2, -1), scale.transpose(-2, -1)
     quant_tensor = tensor.convert_layout(tensor.wrap_torch_tensor(quant_tensor, dtype=tensor.FP4), value_layout,
                                          **value_layout_opts)
@@ -61,14 +65,19 @@ def swizzle_mxfp4(prefix, quant_tensor, scale, num_warps=4):
     return quant_tensor, numerics.InFlexData(), scale
 
 
-def vllm_prepare(prefix, t):
+def vllm_prepare(prefix, t, sm90=False):
     """vLLM's Mxfp4MoEMethod.process_weights_after_loading for the Triton backend: (w13, w2, its quant config's
-    precisions and biases)."""
-    (mo,) = library(prefix, "matmul_ogs")
-    w13, w13_flex, w13_scale = swizzle_mxfp4(prefix, t["w13"], t["w13_scale"])
-    w2, w2_flex, w2_scale = swizzle_mxfp4(prefix, t["w2"], t["w2_scale"])
-    return w13, w2, {"w1_precision": mo.PrecisionConfig(weight_scale=w13_scale, flex_ctx=mo.FlexCtx(rhs_data=w13_flex)),
-                     "w2_precision": mo.PrecisionConfig(weight_scale=w2_scale, flex_ctx=mo.FlexCtx(rhs_data=w2_flex)),
+    precisions and biases); the scales in ``weight_scale``, or in the matmul generation (no ``matmul_ogs``, vLLM's
+    "3.8") in ``b_mx_scale``. ``sm90``: as on compute capability 9.0 (swizzle_mxfp4)."""
+    matmul_generation = importlib.util.find_spec(f"{prefix}.matmul_ogs") is None
+    (mo,) = library(prefix, "matmul" if matmul_generation else "matmul_ogs")
+
+    def precision(scale, flex):
+        scales = {"b_mx_scale": scale, "b_microblock_size": 32} if matmul_generation else {"weight_scale": scale}
+        return mo.PrecisionConfig(**scales, flex_ctx=mo.FlexCtx(rhs_data=flex))
+    w13, w13_flex, w13_scale = swizzle_mxfp4(prefix, t["w13"], t["w13_scale"], sm90=sm90)
+    w2, w2_flex, w2_scale = swizzle_mxfp4(prefix, t["w2"], t["w2_scale"], sm90=sm90)
+    return w13, w2, {"w1_precision": precision(w13_scale, w13_flex), "w2_precision": precision(w2_scale, w2_flex),
                      "w1_bias": t["w13_bias"], "w2_bias": t["w2_bias"]}
 
 

@@ -2,6 +2,7 @@
 ogsgen.numerics.interpreter); with one, the same tests run on the GPU."""
 import contextlib
 import os
+import shutil
 import tempfile
 import zlib
 from pathlib import Path
@@ -94,6 +95,34 @@ def kernels_on_demand(tmp_path_factory):
         os.environ.pop("OGSGEN_CACHE_DIR", None)
     else:
         os.environ["OGSGEN_CACHE_DIR"] = old_cache
+
+
+@pytest.fixture
+def serve_wheel(monkeypatch):
+    """``serve_wheel(script, wheel)``: the fetch script's ``pip download`` (its ``subprocess.run``) places ``wheel``
+    instead; returns the list of the commands it is given."""
+    def serve(script, wheel):
+        downloads = []
+
+        def pip_download(command, check):
+            downloads.append(command)
+            shutil.copy(wheel, command[command.index("--dest") + 1])
+        monkeypatch.setattr(script.subprocess, "run", pip_download)
+        return downloads
+    return serve
+
+
+@pytest.fixture(params=["hopper", "strided"])
+def default_layout(request, monkeypatch):
+    """The mxfp4 layouts ogsgen.compat's default helpers pick: the hopper ones (a GPU with wgmma) or the strided
+    ones."""
+    import ogsgen
+    from ogsgen.compat import _tensor
+
+    if HAS_CUDA and request.param == "hopper" and not ogsgen.devices.target().wgmma:
+        pytest.skip("the hopper layouts need a GPU with wgmma")
+    monkeypatch.setattr(_tensor, "_hopper_layouts_wanted", lambda: request.param == "hopper")
+    return request.param
 
 
 @pytest.fixture

@@ -1,6 +1,5 @@
 """The benchmark's results table (bench/bench_moe.py), from rows as results.csv holds them, and the peers it measures
 (bench/fetch_peers.py)."""
-import shutil
 import sys
 import zipfile
 from pathlib import Path
@@ -255,7 +254,8 @@ def fused_moe_kernel(a_ptr, n):
 '''
 
 
-def test_fetch_peers_places_triton_kernels_and_vllms_fused_moe_kernel_from_one_wheel(tmp_path, monkeypatch):
+def test_fetch_peers_places_triton_kernels_and_vllms_fused_moe_kernel_from_one_wheel(tmp_path, monkeypatch,
+                                                                                    serve_wheel):
     # What the bench measures against comes from vLLM's wheel into the ignored folder, nothing from outside the
     # repository: the vendored triton_kernels, and vLLM's fused_moe kernel, which bench/vllm_peer_launch.py launches.
     import fetch_peers
@@ -264,12 +264,7 @@ def test_fetch_peers_places_triton_kernels_and_vllms_fused_moe_kernel_from_one_w
         archive.writestr("vllm/third_party/triton_kernels/matmul_ogs.py", "MATMUL = 1\n")
         archive.writestr("vllm/third_party/triton_kernels/tensor_details/layout.py", "LAYOUT = 1\n")
         archive.writestr("vllm/model_executor/layers/fused_moe/fused_moe.py", FUSED_MOE_SOURCE)
-    downloads = []
-
-    def pip_download(command, check):
-        downloads.append(command)
-        shutil.copy(wheel, command[command.index("--dest") + 1])
-    monkeypatch.setattr(fetch_peers.subprocess, "run", pip_download)
+    downloads = serve_wheel(fetch_peers, wheel)
     dest = tmp_path / "third_party"
     assert fetch_peers.fetch(dest) == [dest / "triton_kernels" / "matmul_ogs.py", dest / "vllm" /
                                        "vllm_fused_moe_kernel.py"]

@@ -17,16 +17,6 @@ from cases import assert_fp32_sums, fp8_dot_bound
 OURS = "ogsgen.compat.triton_kernels"
 
 
-@pytest.fixture(params=["hopper", "strided"])
-def default_layout(request, monkeypatch):
-    """The layouts the default helpers pick: the hopper ones (a GPU with wgmma) or the strided ones."""
-    if torch.cuda.is_available():
-        if request.param == "hopper" and not ogsgen.devices.target().wgmma:
-            pytest.skip("the hopper layouts need a GPU with wgmma")
-    monkeypatch.setattr(compat_tensor, "_hopper_layouts_wanted", lambda: request.param == "hopper")
-    return request.param
-
-
 # ------------------------------------------------------------------ vLLM's gpt_oss_triton_kernels_moe.py, 3.5.1 branch
 
 def vllm_make_routing_data(prefix, topk_ids, topk_weights, num_local_experts):
@@ -58,13 +48,16 @@ def vllm_moe_forward(prefix, hidden_states, w1, w2, gating_output, topk, quant, 
 @pytest.mark.parametrize("routing_path", ["fused_routing", "expert_map"])
 def test_vllm_gpt_oss_mxfp4_path(routing_path, default_layout, device):
     t = checkpoint_moe(device)
-    w13, w2, quant = vllm_prepare(OURS, t)
+    w13, w2, quant = vllm_prepare(OURS, t, sm90=default_layout == "hopper")
     (opt_flags,) = library(OURS, "matmul_ogs_details.opt_flags")
     layouts = (compat_tensor.HopperMXValueLayout, compat_tensor.HopperMXScaleLayout) if default_layout == "hopper" \
         else (compat_tensor.StridedLayout, compat_tensor.StridedLayout)
     assert isinstance(w13.storage.layout, layouts[0])
     assert isinstance(quant["w1_precision"].weight_scale, torch.Tensor)  # read once, where the config is made
     assert w13.shape == [4, 64, 64] and w2.shape == [4, 32, 64]  # logical (E, K, N)
+    # scales (E, K groups, N): on Hopper, vLLM pads K's 2 and 1 groups to 4
+    k_groups = (4, 4) if default_layout == "hopper" else (2, 1)
+    assert [quant[f"w{i}_precision"].weight_scale.shape[1] for i in (1, 2)] == list(k_groups)
     gating_output = (t["x"] @ t["wg"]).float() + t["bg"]
     expert_map = torch.arange(4, device=device) if routing_path == "expert_map" else None
     try:

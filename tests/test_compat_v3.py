@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ogsgen
-from compat_layers import checkpoint_moe, library, reference_layer
+from compat_layers import ALPHA, LIMIT, checkpoint_moe, library, reference_layer, vllm_prepare
 from ogsgen.errors import SpecError, UnsupportedError
 from ogsgen.numerics import dequantize_mx_torch, quantize_mx_torch
 from ogsgen.testing import assert_close
@@ -248,5 +248,37 @@ def test_same_code_on_triton_kernels_matmul_and_ogsgen():
 
 def test_bench_mlp_layer_mxfp4(kernels_on_demand, device):
     # mxfp4 rows sorted before the matmul (no gather), with SwiGLU: variants outside the default catalog, rendered on
-    # demand (the module's last test: the fixture keeps them on for the module)
+    # demand (the module's last tests: the fixture keeps them on for the module)
     check_bench_mlp_layer(True, device)
+
+
+# ------------------------------------------------------------------ vLLM's "3.8" branch of gpt_oss_triton_kernels_moe.py
+
+def vllm38_moe_forward(prefix, hidden_states, w1, w2, gating_output, topk, quant):
+    """vLLM's triton_kernel_moe_forward on this generation (renormalize=True): topk, the ragged metadata of its
+    column sums, x's rows gathered in expert order (order // topk), the two matmuls (the gate weights applied by the
+    second), then the top-k combine by index_add."""
+    mm, swiglu, topk_module, tensor = library(prefix, "matmul", "swiglu", "topk", "tensor")
+    sparse = topk_module.topk(gating_output, topk, apply_softmax=True)
+    order = sparse.mask_metadata.col_sorted_indx
+    ragged = tensor.make_ragged_tensor_metadata(sparse.mask_metadata.col_sum, order.shape[0])
+    gather_tok = (order // topk).to(torch.int32)
+    gammas = sparse.vals.reshape(-1).to(torch.float32)[order]
+    act = mm.FusedActivation(mm.FnSpecs("swiglu", swiglu.swiglu_fn, ("alpha", "limit"), reduction_n=2),
+                             (ALPHA, LIMIT))
+    inter = mm.matmul(hidden_states, w1, quant["w1_bias"], ragged, None, gather_tok, None, quant["w1_precision"],
+                      fused_activation=act)
+    y = mm.matmul(inter, w2, quant["w2_bias"], ragged, None, None, None, quant["w2_precision"], gammas=gammas)
+    acc = torch.zeros(hidden_states.shape, dtype=torch.float32, device=hidden_states.device)
+    acc.index_add_(0, gather_tok.to(torch.int64), y.to(torch.float32))
+    return acc.to(hidden_states.dtype)
+
+
+def test_vllm_38_gpt_oss_mxfp4_path(default_layout, kernels_on_demand, device):
+    # Its mxfp4 second matmul (ragged, gate weights, no scatter) is outside the default catalog: rendered on demand
+    t = checkpoint_moe(device)
+    w13, w2, quant = vllm_prepare(OURS, t, sm90=default_layout == "hopper")  # on Hopper: padded scales
+    gating_output = (t["x"] @ t["wg"]).float() + t["bg"]
+    out = vllm38_moe_forward(OURS, t["x"], w13, w2, gating_output, 2, quant)
+    assert out.shape == t["x"].shape and out.dtype == torch.bfloat16
+    assert_close(reference_layer(t, ogsgen.routing(gating_output, 2)), out.float(), maxtol=3e-2)

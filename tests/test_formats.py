@@ -218,6 +218,27 @@ def test_gpt_oss_moe_with_mxfp4_weights(k_act, value_layout, scales_n_contiguous
     assert_close(y_ref, y.float(), maxtol=3e-2)
 
 
+@pytest.mark.parametrize("value_layout,scales_n_contiguous,block_k", [("strided", False, 32), ("strided", True, 64),
+                                                                     ("hopper", True, 64), ("hopper", False, 128)])
+def test_padded_weight_scale_groups_are_not_read(value_layout, scales_n_contiguous, block_k, device):
+    """vLLM pads the scales' K groups to a multiple of 4 on Hopper (gpt-oss: 90 -> 92): the groups past cdiv(K, 32)
+    are accepted and never read; NaN codes there would make the result NaN. K = 160: 5 groups padded to 8, one K
+    step per group (block_k 32) or a masked last step (64, 128)."""
+    n_expts, k, n = 2, 160, 48
+    rd, gi, _ = ogsgen.routing(torch.randn(12, n_expts, device=device), 1)
+    x = torch.randn(12, k, device=device).bfloat16()
+    w, scales = _mx_weights(torch.randn(n_expts, k, n, device=device) / 8, "e2m1")
+    padded = torch.full((n_expts, n, 8), 255, dtype=torch.uint8, device=device)  # K-contiguous, as vLLM's
+    padded[..., :5] = scales.mT
+    padded = padded.mT.contiguous() if scales_n_contiguous else padded.mT
+    w_arg = swizzle_mx_values(w) if value_layout == "hopper" else w
+    with ogsgen.opt_flags_constraints(block_k=block_k):
+        y = matmul_ogs(x, w_arg, None, rd, gather_indx=gi, precision_config=PrecisionConfig(weight_scale=padded))
+    w_ref = dequantize_mx_torch(w.mT, scales.mT, "e2m1").mT
+    fp32 = PrecisionConfig(out_dtype=torch.float32)
+    assert_close(matmul_ogs_torch(x, w_ref, None, rd, gather_indx=gi, precision_config=fp32), y.float(), maxtol=3e-2)
+
+
 # ---------------------------------------------------------------- the hopper value layout
 
 @pytest.mark.parametrize("shape", [(2, 48, 40), (96, 24), (1, 1440, 8)])

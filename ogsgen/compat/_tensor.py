@@ -143,7 +143,8 @@ class HopperMXValueLayout(Layout):
 class HopperMXScaleLayout(Layout):
     """e8m0 weight scales (..., K // 32, N) for Hopper: stored N-contiguous, as ogsgen's kernels read them fastest
     (``mx_axis`` = the K-block axis; ``num_warps`` is accepted and unused: ogsgen's storage depends on no warp
-    count). Not triton_kernels' swizzled storage: scales swizzled by triton_kernels cannot be read here."""
+    count). K groups past cdiv(K, 32) (vLLM pads them to a multiple of 4 on Hopper) are kept and never read. Not
+    triton_kernels' swizzled storage: scales swizzled by triton_kernels cannot be read here."""
     name = "HOPPER_SCALE"
 
     def __init__(self, shape=None, mx_axis=None, num_warps=8):

@@ -475,9 +475,12 @@ def check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tupl
         k_blocks = -(-k // MX_BLOCK)
         expected = (w_batch, k_blocks, n) if w.ndim == 3 else (k_blocks, n)
         check_tensor(scale, "precision_config.weight_scale", dtype=torch.uint8)
-        if tuple(scale.shape) != expected:
+        # K groups past cdiv(K, 32) are padding, never read: vLLM pads them to a multiple of 4 on Hopper
+        shape = tuple(scale.shape)
+        if len(shape) != len(expected) or shape[-2] < k_blocks or shape[:-2] + shape[-1:] != expected[:-2] + (n,):
             raise SpecError(f"precision_config.weight_scale must hold one e8m0 byte per {MX_BLOCK} values of K: "
-                            f"shape {expected} for w of logical shape (..., K={k}, N={n}), got {tuple(scale.shape)}")
+                            f"shape {expected} for w of logical shape (..., K={k}, N={n}) (more K groups may follow, "
+                            f"as padding: they are not read), got {shape}")
     if x_fmt.scaling == "block_f32" and pc.act_scale is not None:
         _check_act_scale(pc.act_scale, x_fmt, x_lead[-1], k)
     if x_fmt.scaling == "block_e8m0":
