@@ -1,6 +1,8 @@
 """matmul_ogs with the fp8 checkpoint formats fp8e4m3_b128 (128 x 128 weight blocks, activations per row and 128
 columns of K) and fp8e4m3_channel (weights per column, activations per row or per tensor), against a float64
 reference of the contract: x quantized as the format says, both operands dequantized, multiplied exactly."""
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -104,6 +106,29 @@ def test_channel_weights_with_a_static_activation_scale(device):
         weight_scale=prepared.weight_scale[0], act_scale=scale))
     want = (values.double() * scale.double()) @ prepared.dequantize()[0].double()
     assert_close(want, y, **BF16_OUT)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("quantized", [False, True], ids=["bf16-x", "e4m3-x"])
+def test_k_zero_gives_the_epilogue_of_zeros(fmt, quantized, device):
+    """K = 0: the products are zeros, so y is the epilogue of zeros (the bias, through SwiGLU here). The kernel's one
+    masked K step must read no scales: a b128 call's x and w scales are empty then."""
+    experts, n = 3, 64
+    w = torch.zeros(experts, 0, n, dtype=torch.float8_e4m3fn, device=device)
+    w_scale = torch.ones(experts, *((0, 1) if fmt == "fp8e4m3_b128" else (1, n)), device=device)
+    bias = torch.randn(experts, n, device=device)
+    rd, gi, _ = ogsgen.routing(torch.randn(5, experts, device=device), 2)
+    x = torch.randn(5, 0, device=device).bfloat16()
+    pc = PrecisionConfig(weight_scale=w_scale)
+    if quantized:
+        x, act_scale = quantize_fp8(x, _act_block(fmt))
+        pc = PrecisionConfig(weight_scale=w_scale, act_scale=act_scale)
+    y = matmul_ogs(x, w, bias, rd, gather_indx=gi, fused_activation=SWIGLU, precision_config=pc)
+    want = matmul_ogs_torch(x.double(), w.double(), bias, rd, gi, fused_activation=SWIGLU,
+                            precision_config=PrecisionConfig(out_dtype=torch.float64))
+    assert_close(want, y, **BF16_OUT)
+    dense = matmul_ogs(x, w[0], None, precision_config=dataclasses.replace(pc, weight_scale=w_scale[0]))
+    assert dense.shape == (5, n) and not dense.any()
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
