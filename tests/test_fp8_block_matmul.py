@@ -96,15 +96,18 @@ def test_n_contiguous_weights_and_a_quantized_x(fmt, device):
         assert_close(want, y, **BF16_OUT)
 
 
-def test_channel_weights_with_a_static_activation_scale(device):
-    """fp8e4m3_channel's other activation form: one scale for the whole x (a checkpoint's static input scale)."""
+@pytest.mark.parametrize("scale_shape", [(1,), ()], ids=["1", "0-d"])
+def test_channel_weights_with_a_static_activation_scale(scale_shape, device):
+    """fp8e4m3_channel's other activation form: one scale for the whole x (a checkpoint's static input scale), of
+    shape (1,) or 0-d (checkpoints store input_scale as a scalar)."""
     x = torch.randn(12, 160, device=device)
-    scale = x.abs().amax().reshape(1) / 448
+    scale = (x.abs().amax() / 448).reshape(scale_shape)
     values = (x / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
     prepared = _weights("fp8e4m3_channel", 1, 160, 64, device)
     y = matmul_ogs(values, prepared.w[0], None, precision_config=PrecisionConfig(
         weight_scale=prepared.weight_scale[0], act_scale=scale))
-    want = (values.double() * scale.double()) @ prepared.dequantize()[0].double()
+    want = matmul_ogs_torch(values.double() * scale.double(), prepared.dequantize()[0].double(), None,
+                            precision_config=PrecisionConfig(out_dtype=torch.float64))
     assert_close(want, y, **BF16_OUT)
 
 
