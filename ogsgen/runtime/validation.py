@@ -289,6 +289,12 @@ def operand_formats(x, w, pc: PrecisionConfig):
             raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
     if w_fmt.element == "e2m1" and getattr(pc.act_scale, "dtype", None) == torch.float32:
         x_fmt = _e4m3_rows_format(x, pc)
+    elif w_fmt.scaling == "block_e8m0" and getattr(pc.act_scale, "dtype", None) == torch.float32:
+        # (no kernel reads it: taken silently, it would be ignored)
+        raise SpecError("precision_config.act_scale of float32 is the scale of an e4m3 x for fp8e4m3_b128, "
+                        "fp8e4m3_channel or mxfp4 weights; mxfp8 weights take bf16 or fp16 x (without act_scale) or an "
+                        "mxfp8 x with uint8 e8m0 act_scale (ogsgen.numerics.quantize_mx(x, 'e4m3') makes both): drop "
+                        "act_scale or pass the mxfp8 x's e8m0 scales")
     if pc.out_scale is not None:  # an MX output: fp8 values and e8m0 scales per 32 columns
         out_dtype = pc.out_dtype or torch.float8_e4m3fn
         if out_dtype not in MX_FP8_BY_DTYPE:
