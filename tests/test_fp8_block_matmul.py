@@ -50,6 +50,27 @@ def test_dense(fmt, k, device):
     assert_close(want, y, **BF16_OUT)
 
 
+@pytest.mark.usefixtures("kernels_on_demand")  # (fp16 outputs are not in the default catalog)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("x_dtype,out_dtype,want_dtype", [
+    (torch.float32, None, torch.bfloat16), (torch.float16, None, torch.float16), (torch.bfloat16, None, torch.bfloat16),
+    (torch.float8_e4m3fn, None, torch.bfloat16), (torch.float32, torch.float32, torch.float32)])
+def test_output_dtype(fmt, x_dtype, out_dtype, want_dtype, device):
+    """docs/formats.md: bf16 by default (x's dtype for a 16-bit x), or out_dtype's; an fp32 x is quantized to e4m3
+    like any other, so its output is bf16 too."""
+    x = torch.randn(12, 256, device=device)
+    prepared = _weights(fmt, 1, 256, 64, device)
+    pc = PrecisionConfig(weight_scale=prepared.weight_scale[0], out_dtype=out_dtype)
+    x_arg = x.to(x_dtype)
+    if x_dtype == torch.float8_e4m3fn:
+        x_arg, act_scale = quantize_fp8(x, _act_block(fmt))
+        pc = dataclasses.replace(pc, act_scale=act_scale)
+    y = matmul_ogs(x_arg, prepared.w[0], None, precision_config=pc)
+    assert y.dtype == want_dtype
+    assert_close(_x_as_the_kernel_sees_it(x.to(x_dtype) if x_dtype.itemsize > 1 else x, fmt)
+                 @ prepared.dequantize()[0].double(), y, **BF16_OUT)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("tile", [dict(block_m=16, block_n=32, block_k=64), dict(block_m=64, block_n=64, block_k=128)],
                          ids=["decode-tile", "prefill-tile"])

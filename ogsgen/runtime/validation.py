@@ -302,7 +302,8 @@ def operand_formats(x, w, pc: PrecisionConfig):
                             f"(or None for e4m3), got {out_dtype}")
         y_fmt = MX_FP8_BY_DTYPE[out_dtype]
     else:
-        out_dtype = pc.out_dtype or (x.dtype if x.dtype.itemsize > 1 else torch.bfloat16)  # (x quantized here: its own)
+        # x's dtype for a plain or a 16-bit x; bf16 for an fp8 x and for an fp32 x quantized here (fp8 block weights)
+        out_dtype = pc.out_dtype or (x.dtype if x.dtype.itemsize == 2 or x_fmt.scaling == "none" else torch.bfloat16)
         y_fmt = FLEX_BY_DTYPE[out_dtype] if out_dtype in FLEX_BY_DTYPE else plain_format_of(out_dtype,
                                                                                          "precision_config.out_dtype")
     if x.is_cuda and any(f.bits == 8 for f in (x_fmt, w_fmt, y_fmt)):
