@@ -172,6 +172,10 @@ def test_errors(device):
         matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales[:, :1].repeat(3, 1)[:3]))
     with pytest.raises(ogsgen.SpecError, match=r"w must be uint8 .* or e4m3 with float32 scales.*got torch.bfloat16"):
         matmul_ogs(x, w.bfloat16(), None, precision_config=PrecisionConfig(weight_scale=scales))
+    for wrong in (torch.float64, torch.bfloat16):  # (float scales: .to(torch.uint8), mxfp8's advice, would ruin them)
+        with pytest.raises(ogsgen.SpecError, match=rf"weight_scale of e4m3 w must be float32 .* convert it with "
+                                                   rf"\.float\(\)\) or uint8 .* got {wrong}"):
+            matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales.to(wrong)))
     with pytest.raises(ogsgen.SpecError, match=r"x is e4m3 but precision_config.act_scale is None"):
         matmul_ogs(x.to(torch.float8_e4m3fn), w, None, precision_config=PrecisionConfig(weight_scale=scales))
     with pytest.raises(ogsgen.SpecError, match=r"act_scale .* must have shape \(M, cdiv\(K, 128\)\) = \(4, 2\), got"):

@@ -274,6 +274,11 @@ def operand_formats(x, w, pc: PrecisionConfig):
         if w.dtype == torch.uint8:
             w_fmt, k = MXFP4, 2 * w.shape[-2]  # two e2m1 values per byte along K
         elif w.dtype in MX_FP8_BY_DTYPE:
+            if w.dtype == torch.float8_e4m3fn and isinstance(pc.weight_scale, torch.Tensor) and \
+                    pc.weight_scale.is_floating_point():  # (block scales of another float dtype: not e8m0 bytes)
+                raise SpecError(f"precision_config.weight_scale of e4m3 w must be float32 (fp8e4m3_b128 or "
+                                f"fp8e4m3_channel scales: convert it with .float()) or uint8 (the e8m0 scales of "
+                                f"mxfp8 weights), got {pc.weight_scale.dtype}")
             w_fmt = MX_FP8_BY_DTYPE[w.dtype]
         else:
             raise SpecError(f"precision_config.weight_scale makes w an mx tensor: w must be uint8 (packed mxfp4, "
