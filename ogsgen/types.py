@@ -19,7 +19,7 @@ class GatherIndx:
 
 @dataclass
 class ScatterIndx:
-    """Rows scattered back: sorted row p writes token ``dst_indx[p] // n_expts_act``."""
+    """Rows scattered back: sorted row p writes token ``dst_indx[p] // n_expts_act`` (-1: nowhere)."""
     src_indx: torch.Tensor
     dst_indx: torch.Tensor
 

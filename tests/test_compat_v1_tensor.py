@@ -235,6 +235,17 @@ def test_layouts_ogsgen_cannot_read_are_refused(device):
         mo.matmul_ogs(x, OtherLibrarysTensor(), None, precision_config=pc)
 
 
+def test_a_dtype_its_storage_cannot_hold_is_refused(device):
+    """wrap_torch_tensor(uint8 tensor, dtype=torch.bfloat16) would count 0 values per byte (a logical shape [32, 0])
+    and the matmul would run the bytes as mxfp4: refused where it is made."""
+    tensor = library(OURS, "tensor")[0]
+    values = torch.zeros(32, 16, dtype=torch.uint8, device=device)
+    with pytest.raises(SpecError, match=r"wrap_torch_tensor\(dtype=torch.bfloat16\): a torch.uint8 tensor cannot "
+                                        r"hold torch.bfloat16 values .*\.view\(torch.bfloat16\)"):
+        tensor.wrap_torch_tensor(values, dtype=torch.bfloat16)
+    assert tensor.wrap_torch_tensor(values, dtype=tensor.FP4).shape == [32, 32]  # (two values a byte)
+
+
 @pytest.mark.usefixtures("host_checks")
 def test_bitmatrix_that_disagrees_with_its_ids_is_refused(device):
     tensor, routing = library(OURS, "tensor", "routing")

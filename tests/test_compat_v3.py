@@ -162,6 +162,28 @@ def test_gathers_ogsgen_cannot_read_in_place_are_copied(device):
     assert_close(t["x"][rows.long()].float() @ w13[0].float(), y.float())
 
 
+@pytest.mark.parametrize("n_expts_act", [1, 2], ids=["direct-scatter", "fused-sum"])
+def test_a_scatter_writes_rows_of_minus_one_nowhere(n_expts_act, device):
+    """scatter_indx[p] = -1 ("-1: none" in matmul's docstring): sorted row p is written nowhere. Its kernel store is
+    masked (row -1 of c is the guard row before it in the buffer here, which must stay as it was)."""
+    mm, tensor = library(OURS, "matmul", "tensor")
+    hist = torch.tensor([3, 0, 2, 3], dtype=torch.int32, device=device)
+    metadata = tensor.make_ragged_tensor_metadata(hist, 8)
+    a, w = torch.randn(8, 32, device=device).bfloat16(), torch.randn(4, 32, 16, device=device).bfloat16()
+    rows_out = torch.tensor([3, -1, 0, 7, -1, 5, 1, 2], device=device)
+    experts = torch.repeat_interleave(torch.arange(4, device=device), hist.long())
+    products = torch.einsum("pk,pkn->pn", a.double(), w[experts].double())
+    want = torch.zeros(8 // n_expts_act, 16, dtype=torch.float64, device=device)
+    kept = rows_out >= 0
+    want.index_add_(0, rows_out[kept] // n_expts_act, products[kept])
+    buffer = torch.full((8 // n_expts_act + 2, 16), 7.0, device=device).bfloat16()  # a guard row either side of c
+    c = buffer[1:-1]
+    y = mm.matmul(a, w, None, a_ragged_metadata=metadata, scatter_indx=rows_out, c=c, n_expts_act=n_expts_act)
+    assert y.data_ptr() == c.data_ptr()
+    assert_close(want, y.float())
+    assert (buffer[0] == 7).all() and (buffer[-1] == 7).all()
+
+
 def test_dense_batched_and_ragged_k_calls(device):
     mm, tensor = library(OURS, "matmul", "tensor")
     a, b = torch.randn(12, 32, device=device).bfloat16(), torch.randn(32, 48, device=device).bfloat16()

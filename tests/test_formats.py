@@ -624,6 +624,20 @@ def test_format_errors(device):
             flex_ctx=FlexCtx(out_data=OutFlexData(expected_scale=torch.ones(1)))))
 
 
+
+@pytest.mark.parametrize("element", ["e4m3", "e5m2"])
+def test_mxfp8_weights_refuse_a_float32_act_scale(element, device):
+    """A float32 act_scale is the scale of an e4m3 x for fp8e4m3_b128, fp8e4m3_channel or mxfp4 weights; mxfp8 weights
+    take none (bf16 or fp16 x) or uint8 e8m0 scales (mxfp8 x): refused, not ignored (here NaN, of no x's shape)."""
+    x = torch.randn(8, 64, device=device).bfloat16()
+    values, scales = _mx_weights(torch.randn(1, 64, 32, device=device), element)
+    nan_scale = torch.full((3, 5), float("nan"), device=device)
+    for x_arg in (x, x.to(torch.float8_e4m3fn)):
+        with pytest.raises(ogsgen.SpecError, match=r"precision_config\.act_scale of float32 .* mxfp8 weights take "
+                                                   r"bf16 or fp16 x .* or an mxfp8 x with uint8 e8m0 act_scale"):
+            matmul_ogs(x_arg, values[0], None, precision_config=PrecisionConfig(weight_scale=scales[0],
+                                                                                act_scale=nan_scale))
+
 # ---------------------------------------------------------------- weight preparation
 
 @pytest.mark.parametrize("format,value_layout", [("bf16", "auto"), ("fp8e4m3", "auto"), ("mxfp4", "strided"),

@@ -1,6 +1,8 @@
 """matmul_ogs with the fp8 checkpoint formats fp8e4m3_b128 (128 x 128 weight blocks, activations per row and 128
 columns of K) and fp8e4m3_channel (weights per column, activations per row or per tensor), against a float64
 reference of the contract: x quantized as the format says, both operands dequantized, multiplied exactly."""
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -46,6 +48,27 @@ def test_dense(fmt, k, device):
     assert y.dtype == torch.bfloat16
     want = _x_as_the_kernel_sees_it(x, fmt) @ prepared.dequantize()[0].double() + bias.double()
     assert_close(want, y, **BF16_OUT)
+
+
+@pytest.mark.usefixtures("kernels_on_demand")  # (fp16 outputs are not in the default catalog)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("x_dtype,out_dtype,want_dtype", [
+    (torch.float32, None, torch.bfloat16), (torch.float16, None, torch.float16), (torch.bfloat16, None, torch.bfloat16),
+    (torch.float8_e4m3fn, None, torch.bfloat16), (torch.float32, torch.float32, torch.float32)])
+def test_output_dtype(fmt, x_dtype, out_dtype, want_dtype, device):
+    """docs/formats.md: bf16 by default (x's dtype for a 16-bit x), or out_dtype's; an fp32 x is quantized to e4m3
+    like any other, so its output is bf16 too."""
+    x = torch.randn(12, 256, device=device)
+    prepared = _weights(fmt, 1, 256, 64, device)
+    pc = PrecisionConfig(weight_scale=prepared.weight_scale[0], out_dtype=out_dtype)
+    x_arg = x.to(x_dtype)
+    if x_dtype == torch.float8_e4m3fn:
+        x_arg, act_scale = quantize_fp8(x, _act_block(fmt))
+        pc = dataclasses.replace(pc, act_scale=act_scale)
+    y = matmul_ogs(x_arg, prepared.w[0], None, precision_config=pc)
+    assert y.dtype == want_dtype
+    assert_close(_x_as_the_kernel_sees_it(x.to(x_dtype) if x_dtype.itemsize > 1 else x, fmt)
+                 @ prepared.dequantize()[0].double(), y, **BF16_OUT)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -94,16 +117,42 @@ def test_n_contiguous_weights_and_a_quantized_x(fmt, device):
         assert_close(want, y, **BF16_OUT)
 
 
-def test_channel_weights_with_a_static_activation_scale(device):
-    """fp8e4m3_channel's other activation form: one scale for the whole x (a checkpoint's static input scale)."""
+@pytest.mark.parametrize("scale_shape", [(1,), ()], ids=["1", "0-d"])
+def test_channel_weights_with_a_static_activation_scale(scale_shape, device):
+    """fp8e4m3_channel's other activation form: one scale for the whole x (a checkpoint's static input scale), of
+    shape (1,) or 0-d (checkpoints store input_scale as a scalar)."""
     x = torch.randn(12, 160, device=device)
-    scale = x.abs().amax().reshape(1) / 448
+    scale = (x.abs().amax() / 448).reshape(scale_shape)
     values = (x / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
     prepared = _weights("fp8e4m3_channel", 1, 160, 64, device)
     y = matmul_ogs(values, prepared.w[0], None, precision_config=PrecisionConfig(
         weight_scale=prepared.weight_scale[0], act_scale=scale))
-    want = (values.double() * scale.double()) @ prepared.dequantize()[0].double()
+    want = matmul_ogs_torch(values.double() * scale.double(), prepared.dequantize()[0].double(), None,
+                            precision_config=PrecisionConfig(out_dtype=torch.float64))
     assert_close(want, y, **BF16_OUT)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("quantized", [False, True], ids=["bf16-x", "e4m3-x"])
+def test_k_zero_gives_the_epilogue_of_zeros(fmt, quantized, device):
+    """K = 0: the products are zeros, so y is the epilogue of zeros (the bias, through SwiGLU here). The kernel's one
+    masked K step must read no scales: a b128 call's x and w scales are empty then."""
+    experts, n = 3, 64
+    w = torch.zeros(experts, 0, n, dtype=torch.float8_e4m3fn, device=device)
+    w_scale = torch.ones(experts, *((0, 1) if fmt == "fp8e4m3_b128" else (1, n)), device=device)
+    bias = torch.randn(experts, n, device=device)
+    rd, gi, _ = ogsgen.routing(torch.randn(5, experts, device=device), 2)
+    x = torch.randn(5, 0, device=device).bfloat16()
+    pc = PrecisionConfig(weight_scale=w_scale)
+    if quantized:
+        x, act_scale = quantize_fp8(x, _act_block(fmt))
+        pc = PrecisionConfig(weight_scale=w_scale, act_scale=act_scale)
+    y = matmul_ogs(x, w, bias, rd, gather_indx=gi, fused_activation=SWIGLU, precision_config=pc)
+    want = matmul_ogs_torch(x.double(), w.double(), bias, rd, gi, fused_activation=SWIGLU,
+                            precision_config=PrecisionConfig(out_dtype=torch.float64))
+    assert_close(want, y, **BF16_OUT)
+    dense = matmul_ogs(x, w[0], None, precision_config=dataclasses.replace(pc, weight_scale=w_scale[0]))
+    assert dense.shape == (5, n) and not dense.any()
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -123,6 +172,10 @@ def test_errors(device):
         matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales[:, :1].repeat(3, 1)[:3]))
     with pytest.raises(ogsgen.SpecError, match=r"w must be uint8 .* or e4m3 with float32 scales.*got torch.bfloat16"):
         matmul_ogs(x, w.bfloat16(), None, precision_config=PrecisionConfig(weight_scale=scales))
+    for wrong in (torch.float64, torch.bfloat16):  # (float scales: .to(torch.uint8), mxfp8's advice, would ruin them)
+        with pytest.raises(ogsgen.SpecError, match=rf"weight_scale of e4m3 w must be float32 .* convert it with "
+                                                   rf"\.float\(\)\) or uint8 .* got {wrong}"):
+            matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales.to(wrong)))
     with pytest.raises(ogsgen.SpecError, match=r"x is e4m3 but precision_config.act_scale is None"):
         matmul_ogs(x.to(torch.float8_e4m3fn), w, None, precision_config=PrecisionConfig(weight_scale=scales))
     with pytest.raises(ogsgen.SpecError, match=r"act_scale .* must have shape \(M, cdiv\(K, 128\)\) = \(4, 2\), got"):

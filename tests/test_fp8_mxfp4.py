@@ -180,6 +180,22 @@ def test_moe_gather_then_scatter(layout, top_k, split_k, device):
     assert_close(y_want, y, maxtol=5e-5, rmstol=1e-5)
 
 
+@pytest.mark.parametrize("scale_shape", [(1,), ()], ids=["1", "0-d"])
+def test_a_static_act_scale_per_tensor(scale_shape, device):
+    """One float32 act_scale for the whole x, (1,) or 0-d (a checkpoint's scalar input_scale), in a MoE call."""
+    tokens, k, n, n_expts = 12, 128, 48, 4
+    rd, gi, _ = ogsgen.routing(torch.randn(tokens, n_expts, device=device), 2)
+    x = torch.randn(tokens, k, device=device)
+    scale = (x.abs().amax() / 448).reshape(scale_shape)
+    xv = (x / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    w, scales, w_ref = mxfp4_w(k, n, device, lead=(n_expts,))
+    bias = torch.randn(n_expts, n, device=device)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=64):
+        y = run(xv, w, bias, {"act_scale": scale}, scales, routing_data=rd, gather_indx=gi)
+    want = matmul_ogs_torch(xv.float() * scale, w_ref.float(), bias, rd, gi, precision_config=FP32)
+    assert_close(want, y, maxtol=5e-5, rmstol=1e-5)  # (a float32 reference: its own rounding)
+
+
 def test_prepared_weights_bf16_output_and_the_heuristics_tiles(device):
     """What a caller writes: prepare_expert_weights' mxfp4 weights, x quantized per row by quantize_fp8, the default
     (bf16) output and launch parameters."""

@@ -1,11 +1,13 @@
 """Tensors whose negation torch keeps as a flag (``torch._neg_view``, the imaginary part of a ``conj()`` view) and
 not in their memory, which is what the kernels read: matmul_ogs and routing read them through copies holding their
-values, on the checked path and on a replayed plan alike. (Outputs with the flag are refused: test_bad_inputs.py.)"""
+values, on the checked path and on a replayed plan alike, and so do the quantizers of ogsgen.numerics. (Outputs with the
+flag are refused: test_bad_inputs.py.)"""
 import pytest
 import torch
 
 import ogsgen
 from ogsgen import FlexCtx, InFlexData, PrecisionConfig, matmul_ogs
+from ogsgen.numerics import quantize_fp8, quantize_mx
 from ogsgen.testing import assert_close
 
 pytestmark = pytest.mark.usefixtures("kernels_on_demand")  # (bias with betas is not in the default catalog)
@@ -90,3 +92,18 @@ def test_routing_from_lazy_topk_ids(device):
     assert torch.equal(routed[0].expt_data.block_schedule_data, expected[0].expt_data.block_schedule_data)
     for got, want in ((routed[1].src_indx, expected[1].src_indx), (routed[2].src_indx, expected[2].src_indx)):
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("lazy", [torch._neg_view, conj_imaginary])
+@pytest.mark.parametrize("quantize", [
+    lambda x: quantize_fp8(x, (1, 128)), lambda x: quantize_fp8(x, (1, 0)), lambda x: quantize_fp8(x, (128, 128)),
+    lambda x: quantize_mx(x, "e4m3"), lambda x: quantize_mx(x, "e2m1"), lambda x: quantize_mx(x, "e4m3", axis=0)],
+    ids=["fp8-1x128", "fp8-row", "fp8-128x128", "mx-e4m3", "mx-e2m1", "mx-e4m3-axis0"])
+def test_quantizers_read_a_lazy_input_as_its_values(quantize, lazy, device):
+    x = torch.randn(64, 256, device=device)
+    view = lazy(x)  # reads as -x (conj_imaginary: as x, its memory -x)
+    assert view.is_neg()
+    want = quantize(view.clone().resolve_neg())
+    for got, expected in zip(quantize(view), want):
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)) if got.element_size() == 1 else \
+            torch.equal(got, expected)

@@ -298,6 +298,11 @@ def wrap_torch_tensor(torch_tensor, dtype=None) -> Tensor:
     if not isinstance(torch_tensor, torch.Tensor):
         raise SpecTypeError(f"wrap_torch_tensor takes a torch.Tensor, got {type(torch_tensor).__name__}")
     dtype = torch_tensor.dtype if dtype is None else dtype
+    if bitwidth(torch_tensor.dtype) % bitwidth(dtype):  # (a wider dtype: no whole value per element)
+        raise SpecError(f"wrap_torch_tensor(dtype={dtype}): a {torch_tensor.dtype} tensor cannot hold {dtype} values "
+                        f"({bitwidth(dtype)} bits each, in elements of {bitwidth(torch_tensor.dtype)}); pass a tensor "
+                        f"of that dtype (torch_tensor.view({dtype}) reinterprets its bytes), or dtype=FP4 for mxfp4 "
+                        f"values packed two a byte")
     shape = list(torch_tensor.shape)
     per_element = bitwidth(torch_tensor.dtype) // bitwidth(dtype)
     if per_element != 1:

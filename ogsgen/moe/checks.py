@@ -64,16 +64,19 @@ def check_routing_data(routing_data, n_rows: int, gather_indx=None, scatter_indx
         sorted_to_gate, gate_to_sorted = getattr(index, sorted_name), getattr(index, gate_name)
         _check_index_range(sorted_to_gate, f"{name}.{sorted_name}", n_rows)
         _check_index_range(gate_to_sorted, f"{name}.{gate_name}", n_rows)
+        positions = torch.arange(n_routed, device=hist.device)  # the routed rows with a gate
+        if name == "scatter_indx":  # a routed row of dst_indx -1 is written nowhere (the kernels mask its store)
+            positions = positions[sorted_to_gate[:n_routed] >= 0]
+        nowhere = f" ({n_routed - len(positions)} of them written nowhere: -1)" if len(positions) < n_routed else ""
         for direction, values in ((sorted_name, sorted_to_gate), (gate_name, gate_to_sorted)):
             n_kept = int((values >= 0).sum())
-            if n_kept != n_routed:
+            if n_kept != len(positions):
                 raise SpecError(f"{name}.{direction}: {n_kept} routed rows but routing_data.expt_hist sums to "
-                                f"{n_routed}; the histogram does not match the indices")
-        if (sorted_to_gate[:n_routed] < 0).any():
+                                f"{n_routed}{nowhere}; the histogram does not match the indices")
+        if (sorted_to_gate[positions] < 0).any():
             raise SpecError(f"{name}.{sorted_name}: a dropped gate (-1) among the first {n_routed} sorted rows; the "
                             f"routed rows come first, in expert order")
-        positions = torch.arange(n_routed, device=hist.device)
-        if not torch.equal(gate_to_sorted[sorted_to_gate[:n_routed].long()].long(), positions):
+        if not torch.equal(gate_to_sorted[sorted_to_gate[positions].long()].long(), positions):
             raise SpecError(f"{name}: src_indx and dst_indx are not inverse permutations of each other")
     meta = routing_data.expt_data
     if meta is None:

@@ -240,6 +240,7 @@ def quantize_fp8(x: torch.Tensor, block, *, pow2_scales: bool = False):
     check_kernel_device(x, "x")
     if block not in _ROW_BLOCKS:
         return quantize_fp8_torch(x, block, pow2_scales=pow2_scales)
+    x = x.resolve_neg()  # a lazily negated view (torch._neg_view): the kernel reads memory, which holds -x
     values = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty(scales_shape(x.shape, block), dtype=torch.float32, device=x.device)
     if scales.numel():

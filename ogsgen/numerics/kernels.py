@@ -81,7 +81,8 @@ def quantize_mx(x: torch.Tensor, element: str, axis: int = -1, rounding: str = "
     if element == "e2m1" and size % 2:
         raise SpecError(f"e2m1 packs two values per byte along axis {axis}: its size must be even, got {size}")
     lead = x.movedim(axis, -1).shape[:-1]
-    rows = x.movedim(axis, -1).reshape(math.prod(lead), size).contiguous()  # (-1 is ambiguous for empty x)
+    # (-1 is ambiguous for empty x; resolve_neg: a lazily negated view's memory, which the kernel reads, holds -x)
+    rows = x.movedim(axis, -1).reshape(math.prod(lead), size).contiguous().resolve_neg()
     n_rows = rows.shape[0]
     values = torch.empty((n_rows, size // 2 if element == "e2m1" else size), device=x.device,
                          dtype=torch.uint8 if element == "e2m1" else FP8_DTYPES[element])

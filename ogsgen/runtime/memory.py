@@ -11,8 +11,9 @@ OFFSET_LIMIT = 1 << 31
 
 
 def span(t: torch.Tensor | None, dims: tuple[int, ...]) -> int:
-    """Elements between the first and the last element of ``t`` along ``dims`` (0 for an empty or absent tensor)."""
-    if t is None or t.numel() == 0:
+    """Elements between the first and the last element of ``t`` along ``dims`` (0 for an empty or absent tensor, and
+    for a 0-d one: a scalar scale, whose one element the kernels read as a (1,) tensor's)."""
+    if t is None or t.numel() == 0 or t.ndim == 0:
         return 0
     return sum((t.shape[d] - 1) * abs(t.stride(d)) for d in dims)
 

@@ -274,6 +274,11 @@ def operand_formats(x, w, pc: PrecisionConfig):
         if w.dtype == torch.uint8:
             w_fmt, k = MXFP4, 2 * w.shape[-2]  # two e2m1 values per byte along K
         elif w.dtype in MX_FP8_BY_DTYPE:
+            if w.dtype == torch.float8_e4m3fn and isinstance(pc.weight_scale, torch.Tensor) and \
+                    pc.weight_scale.is_floating_point():  # (block scales of another float dtype: not e8m0 bytes)
+                raise SpecError(f"precision_config.weight_scale of e4m3 w must be float32 (fp8e4m3_b128 or "
+                                f"fp8e4m3_channel scales: convert it with .float()) or uint8 (the e8m0 scales of "
+                                f"mxfp8 weights), got {pc.weight_scale.dtype}")
             w_fmt = MX_FP8_BY_DTYPE[w.dtype]
         else:
             raise SpecError(f"precision_config.weight_scale makes w an mx tensor: w must be uint8 (packed mxfp4, "
@@ -289,6 +294,12 @@ def operand_formats(x, w, pc: PrecisionConfig):
             raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
     if w_fmt.element == "e2m1" and getattr(pc.act_scale, "dtype", None) == torch.float32:
         x_fmt = _e4m3_rows_format(x, pc)
+    elif w_fmt.scaling == "block_e8m0" and getattr(pc.act_scale, "dtype", None) == torch.float32:
+        # (no kernel reads it: taken silently, it would be ignored)
+        raise SpecError("precision_config.act_scale of float32 is the scale of an e4m3 x for fp8e4m3_b128, "
+                        "fp8e4m3_channel or mxfp4 weights; mxfp8 weights take bf16 or fp16 x (without act_scale) or an "
+                        "mxfp8 x with uint8 e8m0 act_scale (ogsgen.numerics.quantize_mx(x, 'e4m3') makes both): drop "
+                        "act_scale or pass the mxfp8 x's e8m0 scales")
     if pc.out_scale is not None:  # an MX output: fp8 values and e8m0 scales per 32 columns
         out_dtype = pc.out_dtype or torch.float8_e4m3fn
         if out_dtype not in MX_FP8_BY_DTYPE:
@@ -296,7 +307,8 @@ def operand_formats(x, w, pc: PrecisionConfig):
                             f"(or None for e4m3), got {out_dtype}")
         y_fmt = MX_FP8_BY_DTYPE[out_dtype]
     else:
-        out_dtype = pc.out_dtype or (x.dtype if x.dtype.itemsize > 1 else torch.bfloat16)  # (x quantized here: its own)
+        # x's dtype for a plain or a 16-bit x; bf16 for an fp8 x and for an fp32 x quantized here (fp8 block weights)
+        out_dtype = pc.out_dtype or (x.dtype if x.dtype.itemsize == 2 or x_fmt.scaling == "none" else torch.bfloat16)
         y_fmt = FLEX_BY_DTYPE[out_dtype] if out_dtype in FLEX_BY_DTYPE else plain_format_of(out_dtype,
                                                                                          "precision_config.out_dtype")
     if x.is_cuda and any(f.bits == 8 for f in (x_fmt, w_fmt, y_fmt)):
