@@ -23,6 +23,21 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     install_interpreter_fixes()
 
 
+def pytest_configure(config):
+    # Kernels missing from the catalog are rendered on first use into OGSGEN_CACHE_DIR (wgmma verdicts are kept there
+    # too): unless the environment names a folder, a temporary one, never the user's ~/.cache/ogsgen. Set before
+    # collection; xdist's workers and the tests' subprocesses inherit it (workers find it set and share it).
+    if not os.environ.get("OGSGEN_CACHE_DIR"):
+        folder = tempfile.mkdtemp(prefix="ogsgen-test-cache-")
+        os.environ["OGSGEN_CACHE_DIR"] = folder
+
+        def remove_it():
+            os.environ.pop("OGSGEN_CACHE_DIR", None)
+            shutil.rmtree(folder, ignore_errors=True)
+
+        config.add_cleanup(remove_it)
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
         return

@@ -31,6 +31,7 @@ def isolated_loader(monkeypatch, tmp_path):
     monkeypatch.setattr(loader, "_modules_by_sha", {})  # else a file identical to one imported earlier aliases it
     monkeypatch.setattr(loader, "_manifests", {})
     monkeypatch.setattr(loader, "_on_demand", None)
+    monkeypatch.setattr(loader, "_unwritable_caches_warned", set())
     monkeypatch.delenv("OGSGEN_PATH", raising=False)
     monkeypatch.delenv("OGSGEN_ON_DEMAND", raising=False)
     monkeypatch.setenv("OGSGEN_CACHE_DIR", str(tmp_path / "cache"))
@@ -268,17 +269,19 @@ def test_help_version_and_plugin_import_no_torch():
 
 # ---------------------------------------------------------------- loader
 
-def test_variant_not_built(isolated_loader, device):
-    # The message gives the catalog line to add.
+def test_variant_not_built(isolated_loader, device, monkeypatch):
+    # In strict mode, the message gives the catalog line to add.
+    monkeypatch.setenv("OGSGEN_ON_DEMAND", "0")
     with pytest.raises(ogsgen.VariantNotBuiltError, match=BETAS_VARIANT + r".*add KernelVariant\(FP16, FP16, FP16, "
                        r"bias=True, betas=True\) to a catalog's VARIANTS.*ogsgen build --spec"):
         _betas_call(device)
 
 
-def test_missing_reduce_kernel_names_the_calls_variant(isolated_loader, device):
+def test_missing_reduce_kernel_names_the_calls_variant(isolated_loader, device, monkeypatch):
     # A top-2 scatter runs a matmul kernel (in the default catalog) and a reduce kernel that applies the epilogue
     # (not built: only generated/ is searched); the reduce kernel is built with the call's variant, which the
-    # message spells out.
+    # message spells out in strict mode.
+    monkeypatch.setenv("OGSGEN_ON_DEMAND", "0")
     column_scale = load_catalog_file(CUSTOM_CATALOG) and registered("epilogue", "column_scale")
     x, w = torch.randn(8, 32, device=device).bfloat16(), torch.randn(4, 32, 16, device=device).bfloat16()
     routing_data, gather_indx, scatter_indx = ogsgen.routing(torch.randn(8, 4, device=device), 2)

@@ -11,11 +11,15 @@ counts too; where neither records it, the load waits for the build under way and
 A folder, or a file in it, that anyone but you or root could write is refused (``UntrustedFolderError``):
 whoever writes a kernel can write its manifest too.
 
-On-demand generation (off by default; ``OGSGEN_ON_DEMAND=1`` or :func:`set_on_demand`) renders a
-missing or stale variant, runs the render, and keeps a copy in a per-user cache folder
-(``OGSGEN_CACHE_DIR``, default ``~/.cache/ogsgen/<version>``), rewritten (and logged) whenever it
-differs from the render. Files are published by atomic rename, so two processes racing on one
-variant both end up with a complete, identical file.
+A variant no search-path folder holds is rendered on first use: the loader runs the render itself and keeps a copy
+in a per-user cache folder (``OGSGEN_CACHE_DIR``, default ``~/.cache/ogsgen/<version>``), rewritten (and logged)
+whenever it differs from the render, so a file there is never trusted. Files are published by atomic rename, so two
+processes racing on one variant both end up with a complete, identical file. Where the cache folder cannot be
+written (read-only, not a folder), the render runs from memory and one warning per folder says why.
+``OGSGEN_ON_DEMAND`` (or :func:`set_on_demand`, which takes precedence) chooses what is rendered: unset or empty,
+variants not built; ``1``, stale or damaged built files too, instead of refusing them; ``0`` (strict mode, for
+deployments that run only reviewed, prebuilt kernels), nothing: a missing variant raises
+:class:`VariantNotBuiltError`.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ from .._version import __version__
 from ..codegen.build import (LOCK, MANIFEST, PENDING, UnreadableFileError, parse_manifest, read_regular,
                              write_atomic)
 from ..codegen.render import expected_provenance, render_variant
-from ..errors import BuildFolderError, SpecTypeError, StaleKernelError, VariantNotBuiltError
+from ..errors import BuildFolderError, SpecError, SpecTypeError, StaleKernelError, VariantNotBuiltError
 from ..spec.variant import KernelVariant, canonical_name
 from . import plans
 
@@ -49,7 +53,9 @@ _extra_dirs: list[Path] = []
 _kernels: dict[tuple[KernelVariant, bool], object] = {}
 _modules_by_sha: dict[str, object] = {}
 _manifests: dict[Path, tuple[tuple[int, ...], dict]] = {}  # manifest.json -> (its stat, its content)
-_on_demand: bool | None = None
+_on_demand: bool | None = None  # set_on_demand's choice; None: OGSGEN_ON_DEMAND's
+_ON_DEMAND_VALUES = {"": None, "1": True, "0": False}  # OGSGEN_ON_DEMAND's, as _on_demand_setting reads them
+_unwritable_caches_warned: set[Path] = set()  # cache folders a warning has named in this process
 # How long a load whose file its manifest does not record waits for a build of the folder to end (a full build of
 # the default catalog takes seconds) before it refuses the file anyway.
 _BUILD_WAIT_S = 120.0
@@ -82,7 +88,8 @@ def add_search_path(path: str | os.PathLike) -> None:
 
 
 def set_on_demand(enabled: bool) -> None:
-    """Render kernels that are not built (or are stale) into the user cache instead of raising."""
+    """True: render kernels that are not built, or are stale, into the user cache instead of raising. False: strict
+    mode, only built kernels run. Either overrides ``OGSGEN_ON_DEMAND``."""
     global _on_demand
     if not isinstance(enabled, bool):
         raise SpecTypeError(f"set_on_demand: enabled must be True or False, got {enabled!r}")
@@ -92,8 +99,24 @@ def set_on_demand(enabled: bool) -> None:
         plans.clear()  # they hold kernels of the old search path
 
 
-def on_demand_enabled() -> bool:
-    return _on_demand if _on_demand is not None else os.environ.get("OGSGEN_ON_DEMAND", "") not in ("", "0")
+def _on_demand_setting() -> bool | None:
+    """True: stale and missing variants are rendered on first use; None (the default): missing ones; False (strict
+    mode): none."""
+    if _on_demand is not None:
+        return _on_demand
+    value = os.environ.get("OGSGEN_ON_DEMAND", "")
+    if value not in _ON_DEMAND_VALUES:
+        raise SpecError(f"OGSGEN_ON_DEMAND={value!r} is not a value it takes: unset it or set it to '' (render "
+                        f"kernels that are not built on first use, the default), '1' (stale or damaged built ones "
+                        f"too) or '0' (strict mode: run only built kernels)")
+    return _ON_DEMAND_VALUES[value]
+
+
+def _strict_mode_origin() -> tuple[str, str]:
+    """How strict mode was set, and how to leave it."""
+    if _on_demand is False:
+        return "ogsgen.set_on_demand(False)", "call ogsgen.set_on_demand(True)"
+    return "OGSGEN_ON_DEMAND=0 in the environment", "unset OGSGEN_ON_DEMAND"
 
 
 def cache_dir() -> Path:
@@ -231,18 +254,22 @@ def _verified_source(directory: Path, name: str) -> tuple[bytes, str]:
             return _recorded_source(directory, name)
 
 
-def _execute(path: Path, source: bytes):
-    """Run verified bytes as a module. Python's linecache, where inspect (and so Triton's @jit) reads a function's
-    source, gets these bytes too, whatever the file holds later."""
+def _execute(source: bytes, name: str, path: Path | None):
+    """Run verified bytes as the module of kernel ``name``, read from ``path`` (None: rendered in memory, kept in no
+    file). Python's linecache, where inspect (and so Triton's @jit) reads a function's source, gets these bytes too,
+    whatever the file holds later."""
     sha = hashlib.sha256(source).hexdigest()
     module = _modules_by_sha.get(sha)
     if module is None:
-        filename = str(path)
+        # A render the cache folder could not keep names no file: what its path holds (an old file, a FIFO) would
+        # be read by tools that read the files of sys.modules (hypothesis does).
+        filename = str(path) if path is not None else f"<ogsgen {name}, rendered in memory>"
         # mtime None: linecache.checkcache keeps the entry instead of comparing it with the file.
         linecache.cache[filename] = (len(source), None, source.decode().splitlines(keepends=True), filename)
         # The module name carries the content hash, so a rebuilt file never aliases an old one.
-        module = types.ModuleType(f"ogsgen_kernels.{path.stem}_{sha[:12]}")
-        module.__file__ = filename
+        module = types.ModuleType(f"ogsgen_kernels.{name}_{sha[:12]}")
+        if path is not None:
+            module.__file__ = filename
         sys.modules[module.__name__] = module
         try:
             exec(compile(source, filename, "exec"), module.__dict__)
@@ -271,7 +298,7 @@ def _staleness(module, variant: KernelVariant) -> list[str]:
 def _load_built(directory: Path, variant: KernelVariant):
     name = canonical_name(variant)
     source, catalog = _verified_source(directory, name)
-    module = _execute(directory / f"{name}.py", source)
+    module = _execute(source, name, directory / f"{name}.py")
     problems = _staleness(module, variant)
     if problems:
         raise _refuse(directory / f"{name}.py", f"is stale ({'; '.join(problems)})",
@@ -281,35 +308,53 @@ def _load_built(directory: Path, variant: KernelVariant):
 
 def _generate(variant: KernelVariant, reason: str):
     """Render the variant; its file in the cache folder is rewritten whenever it differs from the render (stale or
-    damaged), and what runs is the render itself."""
-    path = cache_dir() / f"{canonical_name(variant)}.py"
+    damaged), and what runs is the render itself, so a cache folder that cannot be written costs only the copy."""
+    name = canonical_name(variant)
+    path = cache_dir() / f"{name}.py"
     source = render_variant(variant, "ogsgen:on-demand").source
-    if write_atomic(path, source):
-        log.info("ogsgen: generating %s into %s (%s)", canonical_name(variant), path.parent, reason)
-    return _execute(path, source.encode())
+    try:
+        if write_atomic(path, source):
+            log.info("ogsgen: generating %s into %s (%s)", name, path.parent, reason)
+    except (OSError, UnreadableFileError) as exc:  # (UnreadableFileError: a FIFO or a huge file in its place)
+        _warn_unwritable_cache(path, exc)
+        return _execute(source.encode(), name, None)
+    return _execute(source.encode(), name, path)
+
+
+def _warn_unwritable_cache(path: Path, exc: OSError | UnreadableFileError) -> None:
+    """Say once per process and folder why kernels rendered on first use cannot be kept in the cache folder."""
+    if path.parent in _unwritable_caches_warned:
+        return
+    _unwritable_caches_warned.add(path.parent)
+    why = f"{path.name} there {exc.problem}" if isinstance(exc, UnreadableFileError) else exc.strerror or str(exc)
+    chosen_by = "OGSGEN_CACHE_DIR" if os.environ.get("OGSGEN_CACHE_DIR") else "the default of OGSGEN_CACHE_DIR"
+    log.warning("ogsgen: the kernel cache folder %s (%s) cannot be written (%s): kernels rendered on first use run "
+                "from memory, rendered again by each process; to keep them, point OGSGEN_CACHE_DIR at a folder you "
+                "can write", path.parent, chosen_by, why)
 
 
 def _load(variant: KernelVariant):
     name = canonical_name(variant)
     dirs = search_path()
-    on_demand = on_demand_enabled()
+    on_demand = _on_demand_setting()
     for directory in dirs:
         if not (directory / f"{name}.py").exists():  # (a FIFO or a folder there is refused, not skipped)
             continue
         try:
             return _load_built(directory, variant)
         except StaleKernelError as exc:
-            if not on_demand:
+            if not on_demand:  # (by default too: a stale or damaged build is the builder's to fix)
                 raise
             return _generate(variant, str(exc))
-    if on_demand:
+    if on_demand is not False:
         return _generate(variant, "not built")
     add = (f"add {variant.as_code()} to a catalog's VARIANTS" if variant.family == "matmul" else
            "add the matmul variant that needs it (its build includes it) to a catalog's VARIANTS")
+    strict_by, leave_strict = _strict_mode_origin()
     raise VariantNotBuiltError(
-        f"kernel variant {name} is not built in any of {[str(d) for d in dirs]}. To build it, {add} and run "
-        f"`ogsgen build --spec CATALOG.py --out DIR`, then add DIR to OGSGEN_PATH (or call "
-        f"ogsgen.add_search_path(DIR)); or set OGSGEN_ON_DEMAND=1 to generate it on demand")
+        f"kernel variant {name} is not built in any of {[str(d) for d in dirs]}, and strict mode ({strict_by}) "
+        f"renders none on first use. To build it, {add} and run `ogsgen build --spec CATALOG.py --out DIR`, then "
+        f"add DIR to OGSGEN_PATH (or call ogsgen.add_search_path(DIR)); or {leave_strict} to render it on first use")
 
 
 def kernel_for(variant: KernelVariant, persistent: bool = False):
