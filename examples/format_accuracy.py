@@ -136,7 +136,6 @@ def main():
     parser.add_argument("--codes", action="store_true", help="print the weights' e8m0 code histogram")
     parser.add_argument("--write", type=Path, help="replace the table in this markdown file")
     args = parser.parse_args()
-    ogsgen.set_on_demand(True)  # (paths the default catalog leaves out, bf16 x with mxfp8 w among them)
     if args.codes:
         print(" ".join(f"{code}: {share:.1%}" for code, share in code_histogram(args.hidden, args.hidden,
                                                                                 args.experts).items()))

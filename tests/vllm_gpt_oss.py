@@ -157,8 +157,6 @@ class Warnings(logging.Handler):
 def main(generation):
     if os.environ.get("TRITON_INTERPRET") == "1":  # as tests/conftest.py: the interpreter's defects corrected
         install_interpreter_fixes()
-    if generation == "3.8":  # its mxfp4 second matmul (ragged, gate weights, no scatter): not in the default catalog
-        ogsgen.set_on_demand(True)
     ogsgen.compat.install(generation)
     platform = Platform()
     install_stand_ins(platform)
