@@ -10,8 +10,7 @@ strides multiples of 16, unit inner strides, aligned buffers, the operand layout
 ``prepare_expert_weights`` makes. Row counts are runtime arguments the kernels do not specialize on, so no
 batch size compiles anything afterwards. Top-k is one: a scatter with k = 1 runs the matmul variant itself, with
 k > 1 its rows go through the top-k reduce, which takes k as a constant (its k rows per token load together);
-warm-up covers k = 1, 2, 4 and 8. Hopper-layout mxfp4 variants are warmed with scales recorded <= 2 (the
-one-multiply upcast, what prepare_expert_weights' scales get) and with unrecorded ones.
+warm-up covers k = 1, 2, 4 and 8.
 
 The routing kernels (histogram, ragged metadata) are warmed for up to 1024 experts. Ragged-K (``inner``) variants
 are warmed as training's backward calls them: block_k 32, unpadded operands, x the transposed token (or sorted)
