@@ -1,6 +1,7 @@
 """Build matmul_ogs calls for a kernel variant and check them against matmul_ogs_torch."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ogsgen import (Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData, PrecisionConfig, matmul_ogs,
@@ -10,6 +11,12 @@ from ogsgen.numerics import (FP8_BLOCK, actual_scale_torch, dequantize_fp8_torch
 from ogsgen.numerics.mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK
 from ogsgen.spec import KernelVariant
 from ogsgen.testing import assert_close
+
+def quick_few(values, keep):
+    """``values`` as parameters, all but those in ``keep`` marked slow: the quick subset runs a few representatives,
+    the whole suite every one."""
+    return [value if value in keep else pytest.param(value, marks=pytest.mark.slow) for value in values]
+
 
 # Runtime argument values for the functions the test catalogs use.
 FN_ARG_VALUES = {

@@ -58,6 +58,7 @@ def test_the_docs_name_only_commands_that_exist():
     assert {"build", "warmup"} <= named and named <= set(commands), sorted(named - set(commands))
 
 
+@pytest.mark.slow
 def test_build_check_dry_run_only(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["build", "--only", "ogs_matmul_xfp16_*", "--out", str(out), "--dry-run"]) == 0

@@ -52,6 +52,7 @@ def test_fullgraph_moe_layer_matches_eager(device):
         assert grad.abs().sum() > 0
 
 
+@pytest.mark.slow
 def test_token_counts_share_one_dynamic_graph(device):
     """As a server compiles its MoE layer: with dynamic shapes, calls of other token counts reuse the graph (the ops'
     fake implementations take symbolic sizes) and match eager."""

@@ -44,7 +44,8 @@ def format_test_kernels(tmp_path_factory):
 
 @pytest.mark.parametrize("element", ELEMENTS)
 @pytest.mark.parametrize("rounding", ["up", "down"])
-@pytest.mark.parametrize("shape,axis", [((7, 100), -1), ((3, 64, 10), 1), ((2, 5, 96), 0)])
+@pytest.mark.parametrize("shape,axis", [((7, 100), -1), pytest.param((3, 64, 10), 1, marks=pytest.mark.slow),
+                                        pytest.param((2, 5, 96), 0, marks=pytest.mark.slow)])
 def test_quantize_mx_triton_matches_torch_bit_for_bit(element, rounding, shape, axis, device):
     x = torch.randn(shape, device=device) * torch.exp(3 * torch.randn(shape[:-1] + (1,), device=device))
     x.view(-1)[:40] = 0.0  # an all-zero block
@@ -188,7 +189,7 @@ def test_small_k_mx_weights_without_constraints(element, k, device):
 
 @pytest.mark.parametrize("value_layout,scales_n_contiguous", [("strided", False), ("hopper", False),
                                                                ("hopper", True)])
-@pytest.mark.parametrize("k_act", [1, 4])
+@pytest.mark.parametrize("k_act", [4, pytest.param(1, marks=pytest.mark.slow)])
 def test_gpt_oss_moe_with_mxfp4_weights(k_act, value_layout, scales_n_contiguous, device):
     """gpt-oss's two MoE matmuls with mxfp4 weights against the bf16-dequantized reference. w2's K (32) is half
     a hopper group: the layout pads it. Scales K-contiguous (quantize_mx's) or N-contiguous

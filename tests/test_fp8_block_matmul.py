@@ -72,8 +72,9 @@ def test_output_dtype(fmt, x_dtype, out_dtype, want_dtype, device):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("tile", [dict(block_m=16, block_n=32, block_k=64), dict(block_m=64, block_n=64, block_k=128)],
-                         ids=["decode-tile", "prefill-tile"])
+@pytest.mark.parametrize("tile", [pytest.param(dict(block_m=16, block_n=32, block_k=64), id="decode-tile"),
+                                  pytest.param(dict(block_m=64, block_n=64, block_k=128), id="prefill-tile",
+                                               marks=pytest.mark.slow)])
 def test_moe_layer(fmt, tile, device):
     """A DeepSeek-style layer in small: w1 gathered with bias and SwiGLU (gate/up concatenated in the checkpoint,
     so b128 scales are per column after interleaving), w2 scattered with the gates, top-2."""

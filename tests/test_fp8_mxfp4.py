@@ -153,7 +153,7 @@ def test_the_fold_window(layout, codes, device):
     assert_fp32_sums(want, fp32_bound(x_ref, w_ref), y)
 
 
-@pytest.mark.parametrize("layout", ["strided", "hopper"])
+@pytest.mark.parametrize("layout", ["hopper", pytest.param("strided", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("top_k,split_k", [pytest.param(1, 1, marks=pytest.mark.slow), (2, 1),
                                            pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_moe_gather_then_scatter(layout, top_k, split_k, device):

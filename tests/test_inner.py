@@ -30,7 +30,7 @@ def _segments(hist, block_k, padded, length, device, dtype, rows_first):
 @pytest.mark.parametrize("x_padded,w_padded", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.float16),
                                              (torch.float32, torch.float32)])
-@pytest.mark.parametrize("block_k", [16, 32])
+@pytest.mark.parametrize("block_k", [16, pytest.param(32, marks=pytest.mark.slow)])
 def test_inner_matches_reference(x_padded, w_padded, dtype, out_dtype, block_k, device):
     hist = torch.tensor(HIST, dtype=torch.int32, device=device)
     length = sum(-(-c // block_k) * block_k for c in HIST) + 7  # a tail past the last segment

@@ -47,7 +47,7 @@ def _routing_equal(a, b):
 
 @pytest.mark.parametrize("n_tokens,n_expts,k", [(1, 4, 1), (5, 8, 3), (7, 256, 8), (255, 128, 4), (256, 8, 2),
                                                 (371, 128, 32), (1023, 64, 6), (4096, 256, 8), (911, 1500, 8)])
-@pytest.mark.parametrize("sm_first", [False, True])
+@pytest.mark.parametrize("sm_first", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_routing_matches_reference(n_tokens, n_expts, k, sm_first, device):
     logits = torch.randn(n_tokens, n_expts, device=device)
     _routing_equal(routing(logits, k, sm_first=sm_first), routing_torch(logits, k, sm_first=sm_first))
@@ -150,7 +150,7 @@ def test_upstream_ragged_cases(tokens, n, k, n_expts, k_act, split_k, gather, sc
         run_moe_case(variant, tokens, n, k, n_expts, k_act, device, split_k=split_k)
 
 
-@pytest.mark.parametrize("k_act", [1, 2, 4, 8])
+@pytest.mark.parametrize("k_act", [1, 2, pytest.param(4, marks=pytest.mark.slow), 8])
 @pytest.mark.parametrize("dtype", [FP16, BF16])
 def test_gather_swiglu_then_scatter(k_act, dtype, device):
     with ogsgen.opt_flags_constraints(block_m=16, block_n=32):
@@ -177,7 +177,7 @@ def test_fused_activation_with_split_k(split_k, device):
 
 @pytest.mark.parametrize("alpha,limit", [(1.1, 1.4), (1.0, 1.2), (0.7, 1.0)])
 @pytest.mark.parametrize("gather,scatter", [(False, False), (True, False), (False, True), (True, True)])
-@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize("split_k", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_fused_activation_equals_activation_after_matmul(alpha, limit, gather, scatter, split_k, device):
     # Upstream's test_fused_act: the fused SwiGLU against SwiGLU applied to the unfused fp32 result.
     if scatter and split_k > 1:

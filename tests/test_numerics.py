@@ -10,7 +10,7 @@ import ogsgen
 from ogsgen import FusedActivation
 from ogsgen.codegen import build
 from ogsgen.spec import canonical_name, default_catalog, load_catalog_file
-from cases import run_case, run_moe_case
+from cases import quick_few, run_case, run_moe_case
 from ogsgen.moe import routing_from_topk
 from ogsgen.runtime import loader
 from ogsgen.runtime.matmul import launch
@@ -144,7 +144,8 @@ def test_default_fused_comm_variant(name, device):
 PERSISTENT = sorted(name for name, v in DEFAULT.items() if v.has_persistent_kernel and not v.preact)
 
 
-@pytest.mark.parametrize("name", sorted(PREACT))
+@pytest.mark.parametrize("name", quick_few(sorted(PREACT), {
+    "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_preact_act_swiglu", "ogs_matmul_xbf16_wbf16_ybf16_bias_preact_act_swiglu"}))
 def test_preact_variant(name, device):
     """The training forward's variants: y as the plain variant computes it, and the rows before the activation
     (out_alpha * (x @ w + bias)) in the output dtype, by the tiled kernel and (where the variant has one) the
@@ -182,7 +183,9 @@ def test_preact_variant(name, device):
         assert z[routed:].isnan().all()  # rows of no expert: not written
 
 
-@pytest.mark.parametrize("name", PERSISTENT)
+@pytest.mark.parametrize("name", quick_few(PERSISTENT, {
+    "ogs_matmul_xbf16_wbf16_ybf16_bias", "ogs_matmul_xbf16_wbf16_ybf16_ragged_gather_bias_act_swiglu",
+    "ogs_matmul_xfp16_wfp16_yfp16_ragged_scatter_bias_gammas"}))
 def test_persistent_kernel(name, device):
     # Small tiles: every program loops over several tiles (the interpreter runs three programs), and M, N and K
     # all have tails, which TMA zero-fills (K = 56 and 40 are multiples of 8, as TMA's 16-byte strides need, and
@@ -250,6 +253,7 @@ def test_every_default_variant_was_launched():
     assert not missing, f"default variants no test launched: {missing}"
 
 
+@pytest.mark.slow
 def test_custom_variants(custom_variants, device):
     for name, variant in sorted(custom_variants.items()):
         if variant.ragged:

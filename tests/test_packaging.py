@@ -53,6 +53,7 @@ def test_wheel_ships_the_data_folders(wheel):
     assert shipped("generated") == {p.name for p in (source / "generated").glob("*.py")} | {"manifest.json"}
 
 
+@pytest.mark.slow
 def test_build_in_an_installed_package_checks_and_writes_nothing(wheel, tmp_path):
     # `pip install .` then `ogsgen build`: a file written into the package's generated/ (a build's lock) is not in
     # pip's record of the install, so a later `pip install -e .` left the folder behind, and `import ogsgen` found
