@@ -5,8 +5,8 @@
   are dealt to shards longest first, each to the shard with the least recorded time so far, from
   ``--gate-durations FILE`` (JSON: file -> seconds; a file with no record counts as the median file).
 * ``--gate-log FILE`` appends one JSON line per test as its report reaches the controller (node id, outcome,
-  seconds, the traceback of a failure), so that a shard cut off by a device command's time limit still tells what
-  ran, what failed and how long each test took. ``.ci/gpu_durations.py`` folds such logs into the durations file.
+  seconds, the peak of torch's GPU cache that tests/conftest.py records, the traceback of a failure), so that a
+  shard cut off by a device command's time limit still tells what ran, what failed and how long each test took. ``.ci/gpu_durations.py`` folds such logs into the durations file.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def pytest_runtest_logreport(report):
     # Every call; setups and teardowns that failed or took time (a module's fixture may build kernels).
     if report.when == "call" or not report.passed or report.duration >= 0.05:
         entry = {"test": report.nodeid, "when": report.when, "outcome": report.outcome,
-                 "seconds": round(report.duration, 3)}
+                 "seconds": round(report.duration, 3), **dict(report.user_properties)}
         if report.failed:
             entry["longrepr"] = str(report.longrepr)[-6000:]
         with open(_log_path, "a") as stream:

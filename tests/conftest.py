@@ -4,15 +4,17 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 import zlib
 from pathlib import Path
 
 import pytest
 import torch
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 HAS_CUDA = torch.cuda.is_available()
 _GPU_MEMORY_LOCK = Path(tempfile.gettempdir()) / "ogsgen-tests-large-gpu-memory.lock"
+_GPU_MEMORY_SLOTS = 2  # an 80 GB card: tests of up to about 35 GB two at a time (larger ones: whole_card=True)
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -47,17 +49,42 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@contextlib.contextmanager
+def _gpu_memory_turn(marker):
+    slots = [FileLock(f"{_GPU_MEMORY_LOCK}.{i}") for i in range(_GPU_MEMORY_SLOTS)]
+    with contextlib.ExitStack() as held:
+        if marker.kwargs.get("whole_card"):
+            for slot in slots:
+                held.enter_context(slot)
+        else:  # whichever slot is free first
+            while not any(_try_to_hold(slot, held) for slot in slots):
+                time.sleep(0.2)
+        yield
+
+
+def _try_to_hold(slot, held) -> bool:
+    try:
+        slot.acquire(timeout=0)
+    except Timeout:
+        return False
+    held.callback(slot.release)
+    return True
+
+
 @pytest.fixture(autouse=True)
 def _gpu_memory(request):
-    """On a GPU, tests marked large_gpu_memory take turns (a file lock shared by every pytest process on the machine:
-    xdist workers, the gate's fuzzers), and a test that leaves more than 2 GiB in torch's cache returns it, so that
-    the gate's processes share one card."""
+    """On a GPU, tests marked large_gpu_memory share the card in turns: each holds one of its slots (file locks
+    shared by every pytest process on the machine: xdist workers, the gate's fuzzers), or all of them when marked
+    ``whole_card=True``; every test's peak of torch's cache goes to its report (the gate's log records it), and a test
+    that leaves more than 2 GiB in torch's cache returns it, so that the gate's processes share one card."""
     if not HAS_CUDA:
         yield
         return
-    with (FileLock(_GPU_MEMORY_LOCK) if request.node.get_closest_marker("large_gpu_memory")
-          else contextlib.nullcontext()):
+    marker = request.node.get_closest_marker("large_gpu_memory")
+    torch.cuda.reset_peak_memory_stats()
+    with _gpu_memory_turn(marker) if marker else contextlib.nullcontext():
         yield
+    request.node.user_properties.append(("peak_gib", round(torch.cuda.max_memory_reserved() / 2**30, 2)))
     if torch.cuda.memory_reserved() > 2 << 30:
         torch.cuda.empty_cache()
 

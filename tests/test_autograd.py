@@ -166,7 +166,7 @@ def test_split_k_forward_and_backward(split_k, device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", ["gpt-oss", "DeepSeek-V3"])
-@pytest.mark.large_gpu_memory
+@pytest.mark.large_gpu_memory(whole_card=True)
 def test_model_sized_expert_layer_gradients(shape):
     """A model's expert layer at its real widths (gpt-oss-120b: 128 experts top-4, width 2880, w1 N 5760;
     DeepSeek-V3: top-8, width 7168, w1 N 4096, with 64 of its 256 experts so that the float32 reference and its

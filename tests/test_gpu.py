@@ -276,6 +276,7 @@ def _free_gib() -> float:
     return torch.cuda.mem_get_info()[0] / 2**30
 
 
+@pytest.mark.large_gpu_memory(whole_card=True)
 @pytest.mark.parametrize("case", ["w K-contiguous", "y column-major", "split-K partials"])
 def test_offsets_past_2_31_realistic(case):
     # The sizes at which 32-bit column and split offsets failed: an illegal memory access, or (column-major y) wrong
@@ -309,6 +310,7 @@ def test_offsets_past_2_31_realistic(case):
         assert out.data_ptr() == y.data_ptr()
 
 
+@pytest.mark.large_gpu_memory(whole_card=True)
 def test_routing_and_matmul_of_8m_gates():
     # 1,048,576 tokens at top-8: 8M gates, 16 times the 524,288 that int32 block-schedule entries allowed.
     from ogsgen.moe import make_ragged_tensor_metadata_torch
