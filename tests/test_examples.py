@@ -90,6 +90,7 @@ def test_moe_layer_example(tmp_path):
     assert "MoE layer matches torch" in result.stdout
 
 
+@pytest.mark.slow  # (two ranks in subprocesses)
 def test_expert_parallel_layer_example(tmp_path):
     """Two ranks (gloo on the CPU, or NCCL where two GPUs are) exchange tokens with all_to_all_single; each rank's
     printed difference against the one-process layer is within bf16's tolerance."""

@@ -512,6 +512,7 @@ for n_expts_tot in map(int, sys.argv[1:]):
 """
 
 
+@pytest.mark.slow  # (two offline compiles in a subprocess)
 def test_the_metadata_kernel_compiles_to_about_one_size_at_any_expert_count(tmp_path):
     # An offline sm_90 compile (Triton's own ptxas, no GPU needed; in a process without the interpreter, which
     # replaces @triton.jit): the kernel reads the experts a block at a time. When it held every expert in one tile,
