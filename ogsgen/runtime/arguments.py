@@ -52,6 +52,12 @@ class MatmulInputs:
         self.preact = preact  # the rows before the activation (variant.preact)
         self.out_alpha, self.split_k = out_alpha, split_k
 
+    def with_flags(self, flags: OptFlags) -> "MatmulInputs":
+        """The same launch with other flags (the tile that replaces a binary with the wgmma register hazard)."""
+        return MatmulInputs(self.variant, self.call, flags, self.out, bias=self.bias, betas=self.betas,
+                            gammas=self.gammas, y_acc_in=self.y_acc_in, out_alpha=self.out_alpha,
+                            split_k=self.split_k, preact=self.preact)
+
     @property
     def epilogue_values(self) -> tuple:
         return self.call.epi.fn_arg_values_matmul

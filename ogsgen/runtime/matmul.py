@@ -7,7 +7,6 @@ import dataclasses
 from functools import lru_cache
 
 import torch
-from triton.runtime.errors import OutOfResources
 
 from ..devices import target
 from ..errors import (PerformanceWarning, SpecError, SpecTypeError, UnsupportedError, VariantNotBuiltError,
@@ -19,7 +18,7 @@ from ..numerics.fp8_blocks import row_quantization, scales_shape
 from ..numerics.layouts import SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import FP8_BLOCK
-from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan, topk_split_k_plan
+from ..spec.variant import KernelVariant, split_k_plan, topk_plan, topk_split_k_plan
 from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 from . import launcher, loader, memory, plans, wgmma_hazards
 from .arguments import Call, MatmulInputs, ReduceInputs, cdiv, matmul_launch, reduce_launch
@@ -53,80 +52,15 @@ def _check_preact(preact, act, scatter_indx, fused_comm, y_fmt, shape, dtype) ->
 def _launch_matmul(variant: KernelVariant, call: Call, flags, out: torch.Tensor, **operands):
     """One matmul kernel writing ``out``: (M, N) / (B, M, N) rows, or (S, B, M, N) fp32 partials.
 
-    ``operands``: bias, betas, gammas, y_acc_in, out_alpha and optionally split_k. MX-weight binaries on Hopper
-    are checked for ptxas's wgmma register hazard before their first launch; one that has it is replaced for
-    good (that binary: the same flags may compile clean binaries for other calls) by :func:`_launch_hazard_free`.
-    """
-    kernel, grid, args, options = matmul_launch(MatmulInputs(variant, call, flags, out, **operands))
-    if not (variant.upcasts_in_registers and _has_wgmma(call.x)):
-        plans.launch(kernel, grid, args, compiling=_compiling(flags), **options)
+    ``operands``: bias, betas, gammas, y_acc_in, out_alpha and optionally split_k. Kernels that upcast in
+    registers on Hopper go through ``wgmma_hazards.launch_checked``, which replaces a binary with ptxas's wgmma
+    register hazard."""
+    inputs = MatmulInputs(variant, call, flags, out, **operands)
+    if variant.upcasts_in_registers and _has_wgmma(call.x):
+        wgmma_hazards.launch_checked(inputs)
         return
-    binary = launcher.binary_key(kernel, args, options)
-    if (replacement := _REPLACED.get((flags, binary))) is not None:
-        flags = replacement
-        kernel, grid, args, options = matmul_launch(MatmulInputs(variant, call, flags, out, **operands))
-    try:
-        plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(flags),
-                     **options)
-    except wgmma_hazards.RegisterOperandHazard as hazard:
-        if flags.wait_mma:
-            raise wgmma_hazards.RegisterOperandHazard(
-                f"{hazard}: the waiting kernel has it too, so no binary of {canonical_name(variant)} with launch "
-                f"parameters {flags} is safe; try other opt_flags_constraints or another Triton release") from hazard
-        _launch_hazard_free(variant, call, flags, binary, out, hazard, **operands)
-
-
-def _compiling(flags):
-    """What launches of these flags compile under: a waiting kernel's binary exists only as compiled by
-    ``wgmma_hazards.waiting_for_each_wgmma_compiles``."""
-    return wgmma_hazards.waiting_for_each_wgmma_compiles if flags.wait_mma else None
-
-
-def _launch_hazard_free(variant: KernelVariant, call: Call, flags, binary: tuple, out: torch.Tensor, hazard,
-                        **operands):
-    """Run a call whose MX binary (``binary``: its ``launcher.binary_key``) has the wgmma register hazard on the
-    first of the flags' fallback tiles whose binary is clean and fits, else on the same tile waiting for each
-    wgmma (checked as well). The choice is remembered for (flags, binary), logged, and warned about once per
-    process."""
-    replacement = None
-    for tile in flags.fallback_tiles:
-        candidate = flags.fallback(tile)
-        kernel, grid, args, options = matmul_launch(MatmulInputs(variant, call, candidate, out, **operands))
-        try:
-            plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(candidate),
-                         **options)
-            replacement = candidate
-            break
-        except (wgmma_hazards.RegisterOperandHazard, OutOfResources) as exc:
-            loader.log.info("fallback tile %s of %s not used: %s", tile, flags, exc)
-    if replacement is None:
-        replacement = flags.waiting()
-        _launch_matmul(variant, call, replacement, out, **operands)
-    _REPLACED[(flags, binary)] = replacement
-    loader.log.debug("%s; launch parameters %s now run as %s", hazard, flags, replacement)
-    # Logged, not warned: ogsgen has already chosen a safe binary, and there is nothing for the caller to do.
-    if len(_REPLACED) == 1:
-        loader.log.info("ptxas let the next K step overwrite registers a wgmma still reads (triton-lang/triton#9433) "
-                        "in %s; MX-weight kernels where this happens run a tile whose binary is clean or wait for each "
-                        "wgmma instead (correct, sometimes slower; each case is logged at debug level). Triton 3.9 "
-                        "compiles them without the hazard.", hazard)
-
-
-# (opt flags, launcher.binary_key) of MX binaries with the wgmma register hazard -> the flags their calls run
-# instead. Per binary: a specialization's hazard says nothing of another's (scales recorded <= 2 or not, K with a
-# tail or not), and a fresh process checks each binary it compiles.
-_REPLACED: dict = {}
-
-
-def hazard_replacements() -> int:
-    """How many binaries this process replaced for the wgmma hazard (``ogsgen warmup`` reports them)."""
-    return len(_REPLACED)
-
-
-def forget_hazard_replacements() -> None:
-    """Forget which binaries this process replaced for the wgmma hazard, so that the next call of each checks
-    (and compiles) its own binary again, as a fresh process would (probes report what each row replaced)."""
-    _REPLACED.clear()
+    kernel, grid, args, options = matmul_launch(inputs)
+    plans.launch(kernel, grid, args, compiling=wgmma_hazards.compiling(flags), **options)
 
 
 def _has_wgmma(x: torch.Tensor) -> bool:

@@ -48,7 +48,7 @@ from ..spec.formats import MX_BLOCK
 from ..spec.variant import KernelVariant, canonical_name
 from ..types import (INNER_BLOCK_K, Epilogue, FlexCtx, FusedActivation, FusedComm, InFlexData, InnerRoutingData,
                      OutFlexData, PrecisionConfig)
-from . import matmul
+from . import wgmma_hazards
 from .inner import inner_flags
 from .matmul import launch, matmul_ogs
 from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
@@ -179,7 +179,7 @@ class WarmupReport:
     done: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
-    hazard_replaced: int = 0  # binaries with ptxas's wgmma register hazard, replaced by safe ones (matmul.py)
+    hazard_replaced: int = 0  # binaries with ptxas's wgmma register hazard, replaced by safe ones (wgmma_hazards.py)
 
 
 def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> list[OptFlags]:
@@ -277,7 +277,7 @@ def _catalog_variants(spec: str | None, names: list[str]):
 def warm(wc, device) -> tuple[str, str, int]:
     """Make one warm-up call: (its description, its error or '', how many binaries it replaced for the wgmma
     hazard)."""
-    replaced = matmul.hazard_replacements()
+    replaced = wgmma_hazards.hazard_replacements()
     try:
         wc.run(device)
         if device.type == "cuda":
@@ -285,7 +285,7 @@ def warm(wc, device) -> tuple[str, str, int]:
         error = ""
     except Exception as exc:  # reported, not fatal: the other variants still warm up
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    return wc.describe(), error, matmul.hazard_replacements() - replaced
+    return wc.describe(), error, wgmma_hazards.hazard_replacements() - replaced
 
 
 def _run_share(spec, names, share, jobs, device_index, queue) -> None:
