@@ -19,6 +19,7 @@ from ..moe import checks as routing_checks
 from ..moe.metadata import BLOCK_SIZES, make_ragged_tensor_metadata
 from ..numerics import interpreter
 from ..spec.formats import plain_format_of
+from ..spec.operands import ScaledOperand
 from ..spec.variant import KernelVariant
 from ..types import InnerRoutingData, RoutingData
 from . import plans
@@ -93,8 +94,9 @@ def inner_matmul(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
         base = RoutingData(base.gate_scal, base.expt_hist, n_expts, base.n_expts_act,
                            make_ragged_tensor_metadata(base.expt_hist, bound), base.expected_tokens_per_expt)
     variant = _inner_variant(x_fmt, y_fmt, gather_indx is not None, y_acc_in is not None)
-    call = Call(x, w, n_expts, m, n, max(1, min(x_len, w_len) // max(1, n_expts)), base, gather_indx, None, act, epi,
-                pc, inner=inner)
+    k = max(1, min(x_len, w_len) // max(1, n_expts))  # (a K per expert: the segments' are ragged)
+    call = Call(ScaledOperand(x, x_fmt, k), ScaledOperand(w, x_fmt, k), n_expts, m, n, base, gather_indx, None, act,
+                epi, pc, inner=inner)
     if not x.is_cuda:
         interpreter.prepare((x_fmt.element, x_fmt.element, y_fmt.element))
     flags = _inner_flags(call, x, inner.block_k, pc.enforce_bitwise_invariance)

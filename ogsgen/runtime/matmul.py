@@ -3,7 +3,6 @@ parameters, build the kernels' arguments and launch them; repeated calls replay 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from functools import lru_cache
 
 import torch
@@ -18,15 +17,17 @@ from ..numerics.fp8_blocks import row_quantization, scales_shape
 from ..numerics.layouts import SwizzledMxValues
 from ..numerics.mx import MX_BLOCK
 from ..spec.formats import FP8_BLOCK
+from ..spec.operands import ScaledOperand
 from ..spec.variant import KernelVariant, split_k_plan, topk_plan, topk_split_k_plan
 from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
-from . import launcher, loader, memory, plans, wgmma_hazards
+from . import memory, plans, wgmma_hazards
 from .arguments import Call, MatmulInputs, ReduceInputs, cdiv, matmul_launch, reduce_launch
 from .inner import inner_matmul
 from .opt_flags import current_constraints, make_opt_flags
+from .operands import describe_operands
 from .validation import (check_argument_types, check_devices, check_distinct_elements, check_fused_comm, check_routing,
-                         check_scales, check_tensor, check_vector, named_tensors, operand_formats, persistent_blocker,
-                         reinterpret, reject_unsupported, resolve_lazy_views, tma_blocker, written_tensors)
+                         check_tensor, check_vector, named_tensors, persistent_blocker, reject_unsupported,
+                         resolve_lazy_views, tma_blocker, written_tensors)
 
 _MAX_GRID_Y = 65535
 
@@ -228,14 +229,9 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
             raise SpecError("preact is taken by matmuls with an activation, not with inner_routing_data")
         return inner_matmul(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
                             epi, y_acc_in, inner_routing_data)
-    check_tensor(x, "x", ndims=(2, 3))
-    if not isinstance(w, SwizzledMxValues):
-        check_tensor(w, "w", ndims=(2, 3))
-        w = reinterpret(w, pc.flex_ctx.rhs_data.dtype, "w")
-    x = reinterpret(x, pc.flex_ctx.lhs_data.dtype, "x")
-    x_fmt, w_fmt, y_fmt, k = operand_formats(x, w, pc)
-    logical_w, n = w, w.shape[-1]  # swizzled values: their logical (..., K, N) shape
-    w = w.data if isinstance(w, SwizzledMxValues) else w
+    n = w.shape[-1]  # (a swizzled w's logical N)
+    x_op, w_op, y_fmt = describe_operands(x, w, pc)
+    x_fmt, w_fmt, x, w, k = x_op.format, w_op.format, x_op.values, w_op.values, w_op.k
     batched = x.ndim == 3
     ragged = routing_data is not None and routing_data.expt_hist is not None
     if batched:
@@ -261,11 +257,6 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         m = out_rows = x.shape[-2]
     out_dtype = y_fmt.torch_dtype
     batch = x.shape[0] if batched else 1
-    if x.shape[-1] != k:
-        packed = " (packed mxfp4: 2 values per byte)" if w_fmt.element == "e2m1" else ""
-        raise SpecError(f"x has K={x.shape[-1]} columns but w has {k} rows{packed} "
-                        f"(w is (..., K, N) = {tuple(logical_w.shape)})")
-    check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n, tuple(x.shape[:-1]))
     if x_fmt.scaling == "block_f32" and batched:
         raise SpecError(f"{x_fmt.name} products take 2-D x (tokens or sorted rows, K); got shape {tuple(x.shape)}: "
                         f"flatten the batch into the rows")
@@ -335,12 +326,13 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                                    routing_data.expected_tokens_per_expt)
 
     if x_fmt.scaling == "block_f32" and x.dtype != torch.float8_e4m3fn:
-        x, pc = _quantized_activations(x, pc, x_fmt)
+        x_op = _quantized_activations(x_op)
+        x = x_op.values
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs,
                        fused_comm is not None, preact is not None)
-    call = Call(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc,
+    call = Call(x_op, w_op, batch, m, n, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc,
                 comm=fused_comm)
     if not x.is_cuda:  # Triton's interpreter: corrected, so that it computes what the GPU does
         interpreter.prepare((x_fmt.element, w_fmt.element, y_fmt.element))
@@ -358,7 +350,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     flag_args = (x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt, can_split, n_sms,
                  w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
                  pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
-    scales_n_contiguous = w_fmt.scaling == "block_e8m0" and pc.weight_scale.stride(-1) == 1
+    scales_n_contiguous = w_fmt.scaling == "block_e8m0" and w_op.block_scales.stride(-1) == 1
     w_k_major = w_fmt.scaling == "none" and w.stride(-1) != 1
     if w_k_major and ragged and m >= _K_CONTIGUOUS_WARN_ROWS:
         _warn_k_contiguous_once(w)
@@ -396,10 +388,11 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     return y
 
 
-def _quantized_activations(x: torch.Tensor, pc: PrecisionConfig, x_fmt) -> tuple[torch.Tensor, PrecisionConfig]:
-    """(e4m3 x, precision config with its scales as act_scale): x quantized as the block-scaled weights' format
-    says, per row and 128 columns of K or per row, into buffers of the call by a launch its plan replays."""
-    block = (1, FP8_BLOCK) if x_fmt.block_size else (1, 0)
+def _quantized_activations(x_op: ScaledOperand) -> ScaledOperand:
+    """x quantized to e4m3 as the block-scaled weights' format says, per row and 128 columns of K or per row, into
+    buffers of the call by a launch its plan replays."""
+    x = x_op.values
+    block = (1, FP8_BLOCK) if x_op.format.block_size else (1, 0)
     values = plans.new_buffer(tuple(x.shape), torch.float8_e4m3fn, x.device)
     scales = plans.new_buffer(scales_shape(x.shape, block), torch.float32, x.device)
     if scales.numel():
@@ -407,7 +400,7 @@ def _quantized_activations(x: torch.Tensor, pc: PrecisionConfig, x_fmt) -> tuple
             interpreter.prepare(("e4m3",))
         kernel, grid, args = row_quantization(x, values, scales, block)
         plans.launch(kernel, grid, args)
-    return values, dataclasses.replace(pc, act_scale=scales)
+    return x_op.with_block_scales(values, scales)
 
 
 def _matmul_output(variant: KernelVariant, call: Call, flags, topk: bool, y: torch.Tensor,

@@ -26,6 +26,8 @@ import torch
 from ..errors import SpecError
 
 SCALINGS = ("none", "flexpoint", "block_e8m0", "block_f32")
+# The element of a scaling's scales: e8m0 bytes (powers of two) or float32 values
+SCALE_ELEMENTS = {"none": None, "flexpoint": "fp32", "block_e8m0": "e8m0", "block_f32": "fp32"}
 LAYOUTS = ("strided", "hopper")
 
 MX_BLOCK = 32  # values along K that share one e8m0 scale (the OCP MX block)
@@ -104,6 +106,17 @@ class NumericFormat:
         if self.scaling == "block_e8m0":
             return "operand"
         return "k_group" if self.scaling == "block_f32" and self.block_size else "epilogue"
+
+    @property
+    def scale_element(self) -> str | None:
+        """The element of the scales: 'e8m0' (uint8 powers of two), 'fp32', or None for plain values."""
+        return SCALE_ELEMENTS[self.scaling]
+
+    @property
+    def has_block_scales(self) -> bool:
+        """Scales that vary along K or across rows and columns (MX, fp8 block and channel scales), not one
+        per tensor."""
+        return self.scaling in ("block_e8m0", "block_f32")
 
     @property
     def torch_dtype(self) -> torch.dtype:
