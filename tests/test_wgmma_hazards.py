@@ -444,11 +444,11 @@ def test_a_waiting_kernel_with_the_hazard_is_an_error(monkeypatch, device):
 
 def test_hopper_mx_flags_wait_rather_than_fall_back_unless_fallback_tiles_are_asked_for():
     from dataclasses import asdict
-    from ogsgen.runtime.opt_flags import make_opt_flags
+    from ogsgen.runtime.opt_flags import TileProblem, make_opt_flags
 
     def flags(rows, constraints=()):  # gpt-oss w1 shape, hopper-layout mxfp4, 128 experts, H200
-        return make_opt_flags(2, 1, rows * 128, 5760, 2880, 1, 128, rows, True, 132, "hopper",
-                              constraints=constraints)
+        return make_opt_flags(TileProblem(2, 1, rows * 128, 5760, 2880, 1, 128, rows, True, 132, "hopper",
+                                          constraints=constraints))
     # Measured with the word layout: each heuristic tile's own waiting kernel beats the clean tiles tried.
     assert flags(8).fallback_tiles == flags(64).fallback_tiles == flags(256).fallback_tiles == ()
     assert (flags(256).block_m, flags(256).block_n) == (64, 256)  # 64-row tiles from 64 rows per expert up
@@ -458,8 +458,8 @@ def test_hopper_mx_flags_wait_rather_than_fall_back_unless_fallback_tiles_are_as
                                                             r"hopper-layout mxfp4 weights come in groups of 64"):
         flags(8, (("fallback_tiles", ((128, 32, 8, 3, False),)),))
     with pytest.raises(ogsgen.InapplicableConstraintError, match="fallback tile would change it; drop fallback_tiles"):
-        make_opt_flags(2, 1, 128 * 128, 5760, 2880, 1, 128, 128, True, 132, "hopper", bitwise_invariant=True,
-                       constraints=(("fallback_tiles", asked),))
+        make_opt_flags(TileProblem(2, 1, 128 * 128, 5760, 2880, 1, 128, 128, True, 132, "hopper",
+                                   bitwise_invariant=True, constraints=(("fallback_tiles", asked),)))
     # Warm-up reproduces a call's flags as constraints: all of them, so asked-for fallback tiles stay.
     with_fallback = flags(128, (("fallback_tiles", asked),))
     assert flags(128, tuple(sorted(asdict(with_fallback).items()))) == with_fallback

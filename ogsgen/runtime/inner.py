@@ -24,7 +24,7 @@ from ..spec.variant import KernelVariant
 from ..types import InnerRoutingData, RoutingData
 from . import plans
 from .arguments import Call, MatmulInputs, matmul_launch
-from .opt_flags import TILE_KEYS, current_constraints, make_opt_flags
+from .opt_flags import TILE_KEYS, TileProblem, current_constraints, make_opt_flags
 from .memory import check_outputs_disjoint
 from .validation import check_devices, check_distinct_elements, check_tensor, check_vector
 
@@ -162,8 +162,9 @@ def inner_flags(itemsize: int, n_expts: int, m: int, n: int, k_per_expert: int, 
     if constraints.get("block_k", block_k) != block_k:
         raise InapplicableConstraintError(f"opt_flags_constraints block_k={constraints['block_k']}: a ragged-K call "
                                           f"takes block_k={block_k}, its inner_routing_data.block_k")
-    flags = make_opt_flags(itemsize, n_expts, m, n, k_per_expert, 1, None, 0, False, n_sms,
-                           bitwise_invariant=bitwise_invariant, constraints=tuple(sorted(constraints.items())))
+    flags = make_opt_flags(TileProblem(itemsize, n_expts, m, n, k_per_expert, can_split=False, n_sms=n_sms,
+                                       bitwise_invariant=bitwise_invariant,
+                                       constraints=tuple(sorted(constraints.items()))))
     wide = itemsize == 2 and min(m, n) >= WIDE_TILE_MIN
     wide_persistent = wide and block_k >= 64
     if wide and not any(key in constraints for key in TILE_KEYS):

@@ -3,6 +3,7 @@ parameters, build the kernels' arguments and launch them; repeated calls replay 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from functools import lru_cache
 
 import torch
@@ -23,7 +24,7 @@ from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 from . import memory, plans, wgmma_hazards
 from .arguments import Call, MatmulInputs, ReduceInputs, cdiv, matmul_launch, reduce_launch
 from .inner import inner_matmul
-from .opt_flags import current_constraints, make_opt_flags
+from .opt_flags import TileProblem, current_constraints, format_facts, make_opt_flags
 from .operands import describe_operands
 from .validation import (check_argument_types, check_devices, check_distinct_elements, check_fused_comm, check_routing,
                          check_tensor, check_vector, named_tensors, persistent_blocker, reject_unsupported,
@@ -347,24 +348,22 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     # scatter's combine when no activation comes between the two sums
     can_split = y_acc_in is None and fused_comm is None and preact is None and (
         scatter_indx is None or (topk and act.specs.is_default))
-    flag_args = (x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt, can_split, n_sms,
-                 w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
-                 pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
-    scales_n_contiguous = w_fmt.scaling == "block_e8m0" and w_op.block_scales.stride(-1) == 1
     w_k_major = w_fmt.scaling == "none" and w.stride(-1) != 1
     if w_k_major and ragged and m >= _K_CONTIGUOUS_WARN_ROWS:
         _warn_k_contiguous_once(w)
-    k_group = w_fmt.block_size if w_fmt.scales_apply == "k_group" else 0
-    x_mx = x_fmt.scales_apply == "operand"
-    flags = make_opt_flags(*flag_args, persistent_blocker(variant, x), scales_n_contiguous, gather_indx is not None,
-                           topk, w_k_major, k_group, x_mx)
+    problem = TileProblem(
+        x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt, can_split, n_sms,
+        bitwise_invariant=pc.enforce_bitwise_invariance, constraints=current_constraints(),
+        persistent_blocker=persistent_blocker(variant, x), x_gathered=gather_indx is not None, split_is_free=topk,
+        w_k_major=w_k_major, **format_facts(x_fmt, w_fmt, y_fmt),
+        mx_scales_n_contiguous=w_fmt.scales_apply == "operand" and w_op.block_scales.stride(-1) == 1)
+    flags = make_opt_flags(problem)
     matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     if flags.persistent:
         y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
         if (tma_problem := tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
             # the tiled kernel, or the error if persistent was forced
-            flags = make_opt_flags(*flag_args, tma_problem, scales_n_contiguous, gather_indx is not None, topk,
-                                   w_k_major, k_group, x_mx)
+            flags = make_opt_flags(dataclasses.replace(problem, persistent_blocker=tma_problem))
             matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()

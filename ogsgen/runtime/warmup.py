@@ -51,7 +51,7 @@ from ..types import (INNER_BLOCK_K, Epilogue, FlexCtx, FusedActivation, FusedCom
 from . import wgmma_hazards
 from .inner import inner_flags
 from .matmul import launch, matmul_ogs
-from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
+from .opt_flags import OptFlags, TileProblem, format_facts, make_opt_flags, opt_flags_constraints
 
 # Problem sizes whose heuristic choices span every configuration real calls reach: rows (tokens per
 # expert when ragged), N (narrow ones only for dense calls with plain weights: routers), K, and expert
@@ -189,8 +189,7 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
     if variant.inner:  # x rows (a model's width), N, an expert's tokens, experts
         return list(dict.fromkeys(inner_flags(itemsize, experts, m, n, k, INNER_BLOCK_K, n_sms)
                                   for m, n, k, experts in itertools.product(_NS, _NS, (16, 64, 512, 4096), _EXPERTS)))
-    w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
-    y_mx = variant.y.scaling == "block_e8m0"
+    formats = format_facts(variant.x, variant.w, variant.y)
     # A scatter splits K only in its top-k calls (without an activation); one gate per token writes y directly.
     can_splits = {not variant.y_acc_in and not variant.preact and not variant.scatter,
                   not variant.y_acc_in and not variant.preact and not (variant.scatter and variant.activation)}
@@ -207,7 +206,7 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
         # that one-wave tile (rows per expert 1 / experts: one row in all)
         sizes += [(1 / experts, 256 * (n_sms // 2), k, experts) for k in _KS for experts in _EXPERTS]
     for rows, n, k, experts in sizes:
-        if n % variant.reduction_n or (y_mx and n // variant.reduction_n < MX_BLOCK):
+        if n % variant.reduction_n or (formats["y_mx"] and n // variant.reduction_n < MX_BLOCK):
             continue
         if variant.ragged:
             args = (int(rows * experts), n, k, variant.reduction_n, experts, max(1, int(rows)))
@@ -215,12 +214,10 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
             args = (rows, n, k, variant.reduction_n, None, 0)
         # MX scales as prepare_expert_weights stores them: N-contiguous
         for can_split in can_splits:
-            flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx,
-                                   persistent_blocker=persistent_blocker,
-                                   mx_scales_n_contiguous=w_mx_layout is not None, x_gathered=variant.gather,
-                                   split_is_free=variant.scatter,
-                                   k_group=variant.w.block_size if variant.w.scales_apply == "k_group" else 0,
-                                   x_mx=variant.x.scales_apply == "operand")
+            flags = make_opt_flags(TileProblem(itemsize, 1, *args, can_split, n_sms, **formats,
+                                               persistent_blocker=persistent_blocker,
+                                               mx_scales_n_contiguous=formats["w_mx_layout"] is not None,
+                                               x_gathered=variant.gather, split_is_free=variant.scatter))
             # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
             seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
     return list(seen)
