@@ -25,8 +25,8 @@ from ..types import InnerRoutingData, RoutingData
 from . import plans
 from .arguments import Call, MatmulInputs, matmul_launch
 from .opt_flags import TILE_KEYS, TileProblem, current_constraints, make_opt_flags
-from .memory import check_outputs_disjoint
-from .validation import check_devices, check_distinct_elements, check_tensor, check_vector
+from .memory import check_distinct_elements, check_outputs_disjoint
+from .validation import check_devices, check_tensor, check_vector
 
 _INNER_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 WIDE_TILE_MIN = 1024  # 16-bit ragged-K products at least this many rows and columns take 128x256 tiles

@@ -9,29 +9,24 @@ from functools import lru_cache
 import torch
 
 from ..devices import target
-from ..errors import (PerformanceWarning, SpecError, SpecTypeError, UnsupportedError, VariantNotBuiltError,
-                      warn_at_caller)
+from ..errors import PerformanceWarning, SpecError, UnsupportedError, VariantNotBuiltError, warn_at_caller
 from ..moe import checks as routing_checks
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics import interpreter
 from ..numerics.fp8_blocks import row_quantization, scales_shape
-from ..numerics.layouts import SwizzledMxValues
-from ..numerics.mx import MX_BLOCK
 from ..spec.formats import FP8_BLOCK
 from ..spec.operands import ScaledOperand
 from ..spec.variant import KernelVariant, split_k_plan, topk_plan, topk_split_k_plan
 from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
 from . import memory, plans, wgmma_hazards
-from .arguments import Call, MatmulInputs, ReduceInputs, cdiv, matmul_launch, reduce_launch
+from .arguments import Call, MatmulInputs, ReduceInputs, matmul_launch, reduce_launch
 from .inner import inner_matmul
 from .opt_flags import TileProblem, current_constraints, format_facts, make_opt_flags
 from .operands import describe_operands
-from .validation import (check_argument_types, check_devices, check_distinct_elements, check_fused_comm, check_routing,
-                         check_tensor, check_vector, named_tensors, persistent_blocker, reject_unsupported,
-                         resolve_lazy_views, tma_blocker, written_tensors)
-
-_MAX_GRID_Y = 65535
-
+from .descriptors import persistent_blocker, tma_blocker
+from .memory import resolve_lazy_views
+from .signature import SAME_ALLOWED, WRITTEN, call_signature
+from .validation import check_argument_types, check_call_shapes, reject_unsupported, written_tensors
 
 @lru_cache(maxsize=1024)
 def _variant(x_fmt, w_fmt, y_fmt, ragged, gather, scatter, bias, betas, gammas, y_acc_in, activation,
@@ -39,16 +34,6 @@ def _variant(x_fmt, w_fmt, y_fmt, ragged, gather, scatter, bias, betas, gammas, 
     return KernelVariant(x_fmt, w_fmt, y_fmt, ragged=ragged, gather=gather, scatter=scatter, bias=bias, betas=betas,
                          gammas=gammas, y_acc_in=y_acc_in, activation=activation, epilogue=epilogue,
                          fused_comm=fused_comm, preact=preact)
-
-
-def _check_preact(preact, act, scatter_indx, fused_comm, y_fmt, shape, dtype) -> None:
-    if act.specs.is_default or scatter_indx is not None or fused_comm is not None or y_fmt.scaling != "none":
-        raise SpecError("preact keeps a matmul's rows before its activation: it needs a fused_activation and a plain "
-                        "output, without scatter_indx or fused_comm")
-    check_tensor(preact, "preact", ndims=(len(shape),), dtype=dtype)
-    if tuple(preact.shape) != shape:
-        raise SpecError(f"preact must have the matmul's shape before the activation, {shape}, got "
-                        f"{tuple(preact.shape)}")
 
 
 def _launch_matmul(variant: KernelVariant, call: Call, flags, out: torch.Tensor, **operands):
@@ -111,8 +96,8 @@ def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, p
     tensors = signature = None
     if fused_comm is None and inner_routing_data is None and not routing_checks.DEBUG:
         try:
-            tensors, signature = _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
-                                                 gammas, out_alpha, y, act, epi, y_acc_in, preact)
+            tensors, signature = call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
+                                                gammas, out_alpha, y, act, epi, y_acc_in, preact)
             plan = plans.lookup(signature, tensors)
         except (AttributeError, TypeError):  # a malformed argument (the checked path says which) or unhashable
             tensors = plan = None
@@ -126,8 +111,8 @@ def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, p
                                     out_alpha, y, fused_comm, act, epi, y_acc_in, inner_routing_data, preact)
     if tensors is not None:
         # (a guard where the caller passed a tensor the kernels write: y, the output scales, preact)
-        guard = memory.DisjointGuard(tensors, _WRITTEN, _SAME_ALLOWED) \
-            if any(tensors[i] is not None for i in _WRITTEN) else None
+        guard = memory.DisjointGuard(tensors, WRITTEN, SAME_ALLOWED) \
+            if any(tensors[i] is not None for i in WRITTEN) else None
         if (plan := plans.build(rec, tensors, y_out, guard)) is not None:
             plans.store(signature, plan)
     return y_out
@@ -153,12 +138,6 @@ def _check_routing_on_host(x, routing_data, gather_indx, scatter_indx):
     routing_checks.check_routing_data(routing_data, n_rows, gather_indx, scatter_indx)
 
 
-# Positions in _call_signature's tensor list of the tensors the kernels write (y, precision_config.out_scale,
-# precision_config.flex_ctx.out_data.actual_scale, preact), and of y_acc_in, which may be y itself.
-_WRITTEN = (5, 8, 13, 15)
-_SAME_ALLOWED = ((5, 6),)
-
-
 # MoE calls of this many rows and more (prefill) ran 3-7% slower with K-contiguous W than with N-contiguous W in the
 # bench; 0-2% (up to 5% against its fastest run) since ogsgen encodes the weight's TMA descriptor with a 256-byte L2
 # promotion on Triton 3.6 (docs/performance.md, "Weight layouts"); decode rows ran as fast.
@@ -178,44 +157,6 @@ def _warn_k_contiguous_once(w):
                    f"of the (E, K, N) view. (Warned once per process.)", PerformanceWarning)
 
 
-def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
-                    epi, y_acc_in, preact) -> tuple[list, tuple]:
-    """(the call's tensors in a fixed order, its signature): everything the checked path reads. Non-tensor
-    entries of the list (None, function argument values) enter the signature by type and value."""
-    swizzled = w.__class__ is SwizzledMxValues
-    flex = pc.flex_ctx
-    lhs, rhs, out = flex.lhs_data, flex.rhs_data, flex.out_data
-    tensors = [x, w.data if swizzled else w, bias, betas, gammas, y, y_acc_in, pc.weight_scale, pc.out_scale,
-               pc.act_scale, lhs.scale, rhs.scale, out.expected_scale, out.actual_scale, flex.acc_data.scale, preact]
-    scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.acc_scale, pc.max_num_imprecise_acc,
-               pc.allow_tf32, pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype,
-               rhs.dtype, act.specs, epi.specs,
-               (w.k, w.n, w.layout, w.capability) if swizzled else None,
-               routing_data is None, gather_indx is None, scatter_indx is None]
-    derived = ()
-    if routing_data is not None:
-        meta = routing_data.expt_data
-        scalars += (routing_data.__class__, routing_data.n_expts_tot, routing_data.n_expts_act,
-                    routing_data.expected_tokens_per_expt, meta.__class__)
-        tensors.append(routing_data.expt_hist)
-        if meta is not None:
-            tensors += (meta.slice_sizes, meta.slice_offs, meta.block_offs_data, meta.block_schedule_data)
-            derived = (*meta.offs_rows(), *meta.schedule_rows())  # views of the two, described by them
-    if gather_indx is not None:
-        tensors += (gather_indx.src_indx, gather_indx.dst_indx)
-    if scatter_indx is not None:
-        tensors += (scatter_indx.src_indx, scatter_indx.dst_indx)
-    tensors += (*act.fn_args, *epi.fn_arg_values_matmul, *epi.fn_arg_values_finalize)
-    if x.is_cuda:
-        scalars.append(torch.cuda.current_device())
-    # (is_neg: a lazily negated view's memory holds other values, which the checked path resolves; the conjugate
-    # flag exists only on complex tensors, which no kernel takes)
-    described = [None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15, t.is_neg())
-                 if isinstance(t, torch.Tensor) else (t.__class__, t) for t in tensors]
-    tensors += derived
-    return tensors, (*scalars, *described)
-
-
 def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y,
                         fused_comm, act, epi, y_acc_in, inner_routing_data, preact=None):
     """``matmul_ogs`` with every argument checked, for the first call of a signature."""
@@ -233,82 +174,10 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     n = w.shape[-1]  # (a swizzled w's logical N)
     x_op, w_op, y_fmt = describe_operands(x, w, pc)
     x_fmt, w_fmt, x, w, k = x_op.format, w_op.format, x_op.values, w_op.values, w_op.k
-    batched = x.ndim == 3
-    ragged = routing_data is not None and routing_data.expt_hist is not None
-    if batched:
-        for name, value in (("gather_indx", gather_indx), ("scatter_indx", scatter_indx)):
-            if value is not None:
-                raise SpecError(f"{name} is not supported in batched mode (3-D x); pass 2-D x with routing_data")
-        if ragged:
-            raise SpecError("routing_data is not supported in batched mode (3-D x); pass 2-D x")
-        if w.ndim != 3 or w.shape[0] != x.shape[0]:
-            raise SpecError(f"batched x of shape {tuple(x.shape)} needs w of shape (B={x.shape[0]}, K, N), "
-                            f"got {tuple(w.shape)}")
-    elif not ragged:
-        if gather_indx is not None or scatter_indx is not None:
-            raise SpecError("gather_indx and scatter_indx index expert-sorted rows: pass routing_data with a "
-                            "histogram (ogsgen.routing(logits, k) builds all three)")
-        if w.ndim == 3 and w.shape[0] != 1:
-            missing = "routing_data.expt_hist is None" if routing_data is not None else "there is no routing_data"
-            raise SpecError(f"w of shape {tuple(w.shape)} holds {w.shape[0]} experts but {missing}; pass a 2-D w "
-                            f"(K, N), a 3-D x for a batched matmul, or routing_data with a histogram (ogsgen.routing)")
-    if ragged:
-        m, out_rows = check_routing(x, w, routing_data, gather_indx, scatter_indx)
-    else:
-        m = out_rows = x.shape[-2]
-    out_dtype = y_fmt.torch_dtype
-    batch = x.shape[0] if batched else 1
-    if x_fmt.scaling == "block_f32" and batched:
-        raise SpecError(f"{x_fmt.name} products take 2-D x (tokens or sorted rows, K); got shape {tuple(x.shape)}: "
-                        f"flatten the batch into the rows")
-    reduction_n = act.specs.reduction_n
-    if n % reduction_n:
-        raise SpecError(f"w has N={n} columns, which the activation {act.specs.name} cannot fold by "
-                        f"reduction_n={reduction_n}; N must be a multiple of {reduction_n}")
-    n_out = n // reduction_n
-    w_batch = w.shape[0] if w.ndim == 3 else 1
-    check_tensor(bias, "bias", ndims=(1, 2), dtype=torch.float32)
-    if bias is not None and (bias.shape[-1] != n or (bias.ndim == 2 and bias.shape[0] not in (1, w_batch))):
-        raise SpecError(f"bias must have shape ({n},) or ({w_batch}, {n}), got {tuple(bias.shape)}")
-    if bias is not None and bias.stride(-1) != 1 and n > 1:
-        raise SpecError("bias must be contiguous along N (stride(-1) == 1); pass bias.contiguous()")
-    check_vector(betas, "betas", m, torch.float32)
-    check_vector(gammas, "gammas", m, torch.float32)
-    if betas is not None and bias is None:
-        raise SpecError("betas scale the bias, but bias is None; pass a bias or drop betas")
-    if out_alpha is not None and not isinstance(out_alpha, (int, float)):
-        raise SpecTypeError(f"out_alpha must be a Python float, got {type(out_alpha).__name__}")
-    out_shape = (batch, out_rows, n_out) if batched else (out_rows, n_out)
-    shapes = (out_shape,) if batched else (out_shape, (1, out_rows, n_out))  # a single matmul: 2-D or 3-D
-    if fused_comm is not None:  # y: this rank's buffer, its rows interleaved with the other reduce shards'
-        check_fused_comm(fused_comm, x, y, batched, y_acc_in, out_rows)
-        shapes = ((out_rows * fused_comm.n_reduce_shards, n_out),)
-    for name, buffer in (("y", y), ("y_acc_in", y_acc_in)):
-        if buffer is None:
-            continue
-        check_tensor(buffer, name, ndims=(2, 3))
-        if tuple(buffer.shape) not in shapes:
-            raise SpecError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(buffer.shape)}")
-    if y_fmt.scaling == "block_e8m0":
-        expected = out_shape[:-1] + (cdiv(n_out, MX_BLOCK),)
-        check_tensor(pc.out_scale, "precision_config.out_scale", dtype=torch.uint8)
-        if tuple(pc.out_scale.shape) != expected:
-            raise SpecError(f"precision_config.out_scale must hold one e8m0 byte per {MX_BLOCK} output columns: "
-                            f"shape {expected}, got {tuple(pc.out_scale.shape)}")
-    if y is not None and y.dtype != out_dtype:
-        raise SpecError(f"y has dtype {y.dtype} but the output dtype is {out_dtype}; "
-                        f"set precision_config.out_dtype={y.dtype} or pass a {out_dtype} y")
-    if y_acc_in is not None and scatter_indx is not None:
-        raise SpecError("y_acc_in cannot be combined with scatter_indx: accumulate after the scatter instead")
-    if preact is not None:
-        _check_preact(preact, act, scatter_indx, fused_comm, y_fmt, (batch, m, n) if batched else (m, n), out_dtype)
-    written, read = named_tensors(x, w, bias, routing_data if ragged else None, gather_indx, scatter_indx, pc, betas,
-                                   gammas, y, act, epi, y_acc_in, preact)
-    check_devices(x, {**read, **written})
-    check_distinct_elements(written)
-    if batch > _MAX_GRID_Y:
-        raise SpecError(f"batched x has B={batch} > {_MAX_GRID_Y} entries, more than one launch covers; "
-                        f"split the batch")
+    shape = check_call_shapes(x_op, w_op, y_fmt, n, routing_data, gather_indx, scatter_indx, pc, bias, betas, gammas,
+                              out_alpha, y, fused_comm, act, epi, y_acc_in, preact)
+    batched, ragged, batch, m, out_rows, n_out, out_shape, written, read = shape
+    out_dtype, reduction_n = y_fmt.torch_dtype, act.specs.reduction_n
     if ragged and routing_checks.host_checks_apply(x):
         _check_routing_on_host(x, routing_data, gather_indx, scatter_indx)
     # The tensors a call writes overlap none of its other tensors, except y_acc_in that is y itself (in-place

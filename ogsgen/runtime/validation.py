@@ -3,17 +3,18 @@ an OgsgenError that names it and the fix. The operands' formats, and the checks 
 operand, are in ``ogsgen.runtime.operands``."""
 from __future__ import annotations
 
-import dataclasses
+from typing import NamedTuple
 
 import torch
 
-from ..devices import check_kernel_device, target
+from ..devices import check_kernel_device
 from ..errors import SpecError, SpecTypeError, UnsupportedError
 from ..moe.metadata import RaggedTensorMetadata
 from ..numerics.layouts import SwizzledMxValues
-from ..spec.variant import KernelVariant
+from ..spec.formats import MX_BLOCK
 from ..types import (Epilogue, FlexCtx, FusedActivation, FusedComm, GatherIndx, InFlexData, OutFlexData,
                      PrecisionConfig, RoutingData, ScatterIndx)
+from .memory import check_distinct_elements
 from .opt_flags import row_tiles
 
 
@@ -94,60 +95,6 @@ def check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act,
                                 f"ogsgen.moe.make_ragged_tensor_metadata), got {type(routing_data.expt_data).__name__}")
 
 
-def check_distinct_elements(tensors: dict) -> None:
-    """Written tensors whose elements do not overlap each other (an expanded tensor's do, and rows closer together
-    than their length: programs would store to the same memory). Taken by increasing stride, each dimension must
-    step past the span of the ones before it; that also refuses the few layouts whose dimensions interleave
-    without overlapping (strides (2, 3) for shape (3, 2)), which no allocation makes."""
-    for name, t in tensors.items():
-        if t.numel() == 0:
-            continue
-        span = 0  # the elements the dimensions of smaller strides reach past the first one
-        for stride, size in sorted((abs(stride), size) for size, stride in zip(t.shape, t.stride()) if size > 1):
-            if stride <= span:
-                raise SpecError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) has elements that overlap "
-                                f"each other in memory{' (an expanded tensor)' if stride == 0 else ''}: the kernels "
-                                f"would store several results to one address; pass a tensor with distinct elements, "
-                                f"such as torch.empty's")
-            span += (size - 1) * stride
-
-
-def is_lazy_view(t: torch.Tensor) -> bool:
-    """Whether torch keeps ``t``'s negation or conjugation as a flag (``torch._neg_view``, the imaginary part of a
-    ``conj()`` view) and not in its memory, which is what a kernel reads and writes."""
-    return t.is_neg() or t.is_conj()
-
-
-def resolve_lazy_views(written: dict, arguments: tuple) -> tuple:
-    """``arguments`` (a call's) with each lazily negated or conjugated tensor in them (themselves, their tuples'
-    items and their dataclasses' fields, at any depth) replaced by a copy holding its values; the very same
-    objects where there is none. A written tensor (``written``: by argument name) with the flag is refused: the
-    kernels would write a copy, not it."""
-    for name, t in written.items():
-        if is_lazy_view(t):
-            raise SpecError(f"{name} is a lazily negated or conjugated view ({name}.is_neg() or {name}.is_conj() is "
-                            f"set): torch negates the values in its memory when it reads them, so what the kernels "
-                            f"write there would read back negated; pass a tensor without the flag (and negate or "
-                            f"conjugate the result afterwards)")
-    return _resolved(arguments)
-
-
-def _resolved(value):
-    if isinstance(value, torch.Tensor):
-        return value.resolve_neg().resolve_conj() if is_lazy_view(value) else value
-    if isinstance(value, tuple):
-        items = tuple(_resolved(item) for item in value)
-        return value if all(new is old for new, old in zip(items, value)) else items
-    fields = getattr(value, "__dataclass_fields__", None)
-    if fields is None or isinstance(value, type):
-        return value
-    changed = {}
-    for name, field in fields.items():
-        if field.init and (new := _resolved(old := getattr(value, name))) is not old:
-            changed[name] = new
-    return dataclasses.replace(value, **changed) if changed else value
-
-
 def check_fused_comm(comm, x, y, batched: bool, y_acc_in, out_rows: int) -> None:
     """A FusedComm the kernels can write through: its ranks' addresses, shards and this rank's buffer ``y``."""
     if not isinstance(comm, FusedComm):
@@ -209,45 +156,117 @@ def reject_unsupported(pc: PrecisionConfig):
             raise UnsupportedError(f"{name} is not supported by this ogsgen build yet; leave it None")
 
 
-_NO_PERSISTENT_KERNEL = ("this call's kernel variant has no persistent kernel: that needs plain bf16 or fp16 x and w "
-                         "of one format")
+class CallShape(NamedTuple):
+    """What a call's checked shapes say: its batch, rows (sorted rows when ragged), output rows and columns, and its
+    tensors by argument name, those the kernels write and the others."""
+    batched: bool
+    ragged: bool
+    batch: int
+    m: int
+    out_rows: int
+    n_out: int
+    out_shape: tuple
+    written: dict
+    read: dict
 
 
-def persistent_blocker(variant: KernelVariant, x: torch.Tensor) -> str | None:
-    """None when the variant's persistent TMA kernel can run on x's device, else why it cannot. (Whether x and w
-    suit TMA is checked only for calls that pick the kernel: ``tma_blocker``.)"""
-    if not variant.has_persistent_kernel:
-        return _NO_PERSISTENT_KERNEL
-    if x.is_cuda and not target(x.device).tma:
-        return "the persistent kernel loads tiles by TMA, which needs a GPU of compute capability 9.0 or later"
-    return None
+# The largest grid dimension past the first: batched calls put their batch there.
+MAX_GRID_Y = 65535
 
 
-def tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool, y: torch.Tensor | None) -> str | None:
-    """None when TMA descriptors can describe x, w and y, else what to change. (``x_gathered``: the kernel reads
-    x's rows by pointers, no descriptor. ``y``: the output the kernel stores by TMA, None where it stores by
-    pointers.)"""
-    if x_gathered:
-        x = None
-    if y is not None and y.shape[-1] * y.element_size() % 16:
-        return (f"TMA needs rows of a multiple of 16 bytes: the output's rows ({y.shape[-1]} columns of "
-                f"{y.element_size()} bytes) are not; N // reduction_n must be a multiple of {16 // y.element_size()}")
-    # a K-major w (last stride not 1) is read through a descriptor of w.mT
-    for name, tensor in (("x", x), ("w", w if w.stride(-1) == 1 else w.mT), ("y", y)):
-        if tensor is None:
+def check_call_shapes(x_op, w_op, y_fmt, n, routing_data, gather_indx, scatter_indx, pc, bias, betas, gammas,
+                      out_alpha, y, fused_comm, act, epi, y_acc_in, preact) -> CallShape:
+    """The shapes, dtypes and devices of a call's tensors against its operands (x_op, w_op: ``ogsgen.runtime.
+    operands``; ``n``: w's logical N) and output format: batched, dense or ragged rows, bias, betas, gammas, y,
+    y_acc_in, an MX output's scales, preact."""
+    x, w, x_fmt = x_op.values, w_op.values, x_op.format
+    batched = x.ndim == 3
+    ragged = routing_data is not None and routing_data.expt_hist is not None
+    if batched:
+        for name, value in (("gather_indx", gather_indx), ("scatter_indx", scatter_indx)):
+            if value is not None:
+                raise SpecError(f"{name} is not supported in batched mode (3-D x); pass 2-D x with routing_data")
+        if ragged:
+            raise SpecError("routing_data is not supported in batched mode (3-D x); pass 2-D x")
+        if w.ndim != 3 or w.shape[0] != x.shape[0]:
+            raise SpecError(f"batched x of shape {tuple(x.shape)} needs w of shape (B={x.shape[0]}, K, N), "
+                            f"got {tuple(w.shape)}")
+    elif not ragged:
+        if gather_indx is not None or scatter_indx is not None:
+            raise SpecError("gather_indx and scatter_indx index expert-sorted rows: pass routing_data with a "
+                            "histogram (ogsgen.routing(logits, k) builds all three)")
+        if w.ndim == 3 and w.shape[0] != 1:
+            missing = "routing_data.expt_hist is None" if routing_data is not None else "there is no routing_data"
+            raise SpecError(f"w of shape {tuple(w.shape)} holds {w.shape[0]} experts but {missing}; pass a 2-D w "
+                            f"(K, N), a 3-D x for a batched matmul, or routing_data with a histogram (ogsgen.routing)")
+    if ragged:
+        m, out_rows = check_routing(x, w, routing_data, gather_indx, scatter_indx)
+    else:
+        m = out_rows = x.shape[-2]
+    out_dtype = y_fmt.torch_dtype
+    batch = x.shape[0] if batched else 1
+    if x_fmt.scaling == "block_f32" and batched:
+        raise SpecError(f"{x_fmt.name} products take 2-D x (tokens or sorted rows, K); got shape {tuple(x.shape)}: "
+                        f"flatten the batch into the rows")
+    reduction_n = act.specs.reduction_n
+    if n % reduction_n:
+        raise SpecError(f"w has N={n} columns, which the activation {act.specs.name} cannot fold by "
+                        f"reduction_n={reduction_n}; N must be a multiple of {reduction_n}")
+    n_out = n // reduction_n
+    w_batch = w.shape[0] if w.ndim == 3 else 1
+    check_tensor(bias, "bias", ndims=(1, 2), dtype=torch.float32)
+    if bias is not None and (bias.shape[-1] != n or (bias.ndim == 2 and bias.shape[0] not in (1, w_batch))):
+        raise SpecError(f"bias must have shape ({n},) or ({w_batch}, {n}), got {tuple(bias.shape)}")
+    if bias is not None and bias.stride(-1) != 1 and n > 1:
+        raise SpecError("bias must be contiguous along N (stride(-1) == 1); pass bias.contiguous()")
+    check_vector(betas, "betas", m, torch.float32)
+    check_vector(gammas, "gammas", m, torch.float32)
+    if betas is not None and bias is None:
+        raise SpecError("betas scale the bias, but bias is None; pass a bias or drop betas")
+    if out_alpha is not None and not isinstance(out_alpha, (int, float)):
+        raise SpecTypeError(f"out_alpha must be a Python float, got {type(out_alpha).__name__}")
+    out_shape = (batch, out_rows, n_out) if batched else (out_rows, n_out)
+    shapes = (out_shape,) if batched else (out_shape, (1, out_rows, n_out))  # a single matmul: 2-D or 3-D
+    if fused_comm is not None:  # y: this rank's buffer, its rows interleaved with the other reduce shards'
+        check_fused_comm(fused_comm, x, y, batched, y_acc_in, out_rows)
+        shapes = ((out_rows * fused_comm.n_reduce_shards, n_out),)
+    for name, buffer in (("y", y), ("y_acc_in", y_acc_in)):
+        if buffer is None:
             continue
-        if tensor.numel() == 0:
-            return f"{name} is empty (shape {tuple(tensor.shape)}): a TMA descriptor needs every dimension >= 1"
-        if tensor.is_contiguous() and not (tensor.shape[-1] * tensor.element_size() % 16 or tensor.data_ptr() % 16):
-            continue  # the common case, checked cheaply: every stride is a multiple of the row's 16-byte size
-        strides = tensor.stride()
-        if strides[-1] != 1 or tensor.data_ptr() % 16 or any(stride * tensor.element_size() % 16
-                                                             for stride in strides[:-1]):
-            along = "N or K" if name == "w" else "its last dimension"
-            return (f"TMA needs {name} 16-byte aligned, contiguous along {along} and with its other "
-                    f"strides multiples of 16 bytes (got strides {tuple(strides)}); pass {name}.contiguous() "
-                    f"(and K, N multiples of 8)")
-    return None
+        check_tensor(buffer, name, ndims=(2, 3))
+        if tuple(buffer.shape) not in shapes:
+            raise SpecError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(buffer.shape)}")
+    if y_fmt.scaling == "block_e8m0":
+        expected = out_shape[:-1] + (-(-n_out // MX_BLOCK),)
+        check_tensor(pc.out_scale, "precision_config.out_scale", dtype=torch.uint8)
+        if tuple(pc.out_scale.shape) != expected:
+            raise SpecError(f"precision_config.out_scale must hold one e8m0 byte per {MX_BLOCK} output columns: "
+                            f"shape {expected}, got {tuple(pc.out_scale.shape)}")
+    if y is not None and y.dtype != out_dtype:
+        raise SpecError(f"y has dtype {y.dtype} but the output dtype is {out_dtype}; "
+                        f"set precision_config.out_dtype={y.dtype} or pass a {out_dtype} y")
+    if y_acc_in is not None and scatter_indx is not None:
+        raise SpecError("y_acc_in cannot be combined with scatter_indx: accumulate after the scatter instead")
+    if preact is not None:
+        check_preact(preact, act, scatter_indx, fused_comm, y_fmt, (batch, m, n) if batched else (m, n), out_dtype)
+    written, read = named_tensors(x, w, bias, routing_data if ragged else None, gather_indx, scatter_indx, pc, betas,
+                                   gammas, y, act, epi, y_acc_in, preact)
+    check_devices(x, {**read, **written})
+    check_distinct_elements(written)
+    if batch > MAX_GRID_Y:
+        raise SpecError(f"batched x has B={batch} > {MAX_GRID_Y} entries, more than one launch covers; "
+                        f"split the batch")
+    return CallShape(batched, ragged, batch, m, out_rows, n_out, out_shape, written, read)
+
+
+def check_preact(preact, act, scatter_indx, fused_comm, y_fmt, shape, dtype) -> None:
+    if act.specs.is_default or scatter_indx is not None or fused_comm is not None or y_fmt.scaling != "none":
+        raise SpecError("preact keeps a matmul's rows before its activation: it needs a fused_activation and a plain "
+                        "output, without scatter_indx or fused_comm")
+    check_tensor(preact, "preact", ndims=(len(shape),), dtype=dtype)
+    if tuple(preact.shape) != shape:
+        raise SpecError(f"preact must have the matmul's shape before the activation, {shape}, got "
+                        f"{tuple(preact.shape)}")
 
 
 def check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) -> tuple[int, int]:
