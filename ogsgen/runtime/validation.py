@@ -249,8 +249,8 @@ def check_call_shapes(x_op, w_op, y_fmt, n, routing_data, gather_indx, scatter_i
         raise SpecError("y_acc_in cannot be combined with scatter_indx: accumulate after the scatter instead")
     if preact is not None:
         check_preact(preact, act, scatter_indx, fused_comm, y_fmt, (batch, m, n) if batched else (m, n), out_dtype)
-    written, read = named_tensors(x, w, bias, routing_data if ragged else None, gather_indx, scatter_indx, pc, betas,
-                                   gammas, y, act, epi, y_acc_in, preact)
+    written, read = named_tensors(x_op, w_op, bias, routing_data if ragged else None, gather_indx, scatter_indx, pc,
+                                  betas, gammas, y, act, epi, y_acc_in, preact)
     check_devices(x, {**read, **written})
     check_distinct_elements(written)
     if batch > MAX_GRID_Y:
@@ -304,16 +304,16 @@ def check_routing(x, w, routing_data: RoutingData, gather_indx, scatter_indx) ->
     return n_rows, (n_rows // k if scatter_indx is not None else n_rows)
 
 
-def named_tensors(x, w, bias, routing_data, gather_indx, scatter_indx, pc: PrecisionConfig, betas, gammas, y, act,
-                   epi, y_acc_in, preact=None) -> tuple[dict, dict]:
+def named_tensors(x_op, w_op, bias, routing_data, gather_indx, scatter_indx, pc: PrecisionConfig, betas, gammas, y,
+                  act, epi, y_acc_in, preact=None) -> tuple[dict, dict]:
     """(written, read): a call's tensors by argument name, those the kernels write (``written_tensors``) and the
-    others; non-tensors (a function's float arguments) are left out."""
-    flex = pc.flex_ctx
-    read = {"x": x, "w": w, "bias": bias, "betas": betas, "gammas": gammas, "y_acc_in": y_acc_in,
-            "precision_config.weight_scale": pc.weight_scale, "precision_config.act_scale": pc.act_scale,
-            "precision_config.flex_ctx.lhs_data.scale": flex.lhs_data.scale,
-            "precision_config.flex_ctx.rhs_data.scale": flex.rhs_data.scale,
-            "precision_config.flex_ctx.out_data.expected_scale": flex.out_data.expected_scale}
+    others (x's and w's with their scales, as their ScaledOperands hold them); non-tensors (a function's float
+    arguments) are left out."""
+    read = {"x": x_op.values, "w": w_op.values, "bias": bias, "betas": betas, "gammas": gammas, "y_acc_in": y_acc_in,
+            "precision_config.weight_scale": w_op.block_scales, "precision_config.act_scale": x_op.block_scales,
+            "precision_config.flex_ctx.lhs_data.scale": x_op.global_scale,
+            "precision_config.flex_ctx.rhs_data.scale": w_op.global_scale,
+            "precision_config.flex_ctx.out_data.expected_scale": pc.flex_ctx.out_data.expected_scale}
     if routing_data is not None:
         read["routing_data.expt_hist"] = routing_data.expt_hist
         meta = routing_data.expt_data

@@ -98,13 +98,13 @@ class WarmupCall:
             rows = x_rows = out_rows = 64
         w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device)
         x = torch.randn(x_rows, k, device=device)
-        if v.x.scaling == "block_e8m0":  # mxfp8 x: its values and e8m0 scales, as quantize_mx makes them
+        if v.x.scales_apply == "operand":  # mxfp8 x: its values and e8m0 scales, as quantize_mx makes them
             x, fields["act_scale"] = quantize_mx(x, v.x.element)
         else:  # (block-scaled fp8 x: bf16, quantized by the call, as a serving process's first layer passes it)
-            x = x.to(torch.bfloat16 if v.x.scaling == "block_f32" else v.x.torch_dtype)
+            x = x.to(torch.bfloat16 if v.x.has_block_scales else v.x.torch_dtype)
         flex = fields.pop("flex_ctx", FlexCtx())
         ones = torch.ones(1, device=device)
-        if v.x.scaling == "flexpoint":
+        if v.x.has_global_scale:
             flex = FlexCtx(InFlexData(scale=ones), flex.rhs_data)
         if v.y.scaling == "flexpoint":
             flex = FlexCtx(flex.lhs_data, flex.rhs_data, OutFlexData(expected_scale=ones, actual_scale=ones.clone()))

@@ -113,6 +113,11 @@ class NumericFormat:
         return SCALE_ELEMENTS[self.scaling]
 
     @property
+    def has_global_scale(self) -> bool:
+        """One float32 scale for the whole tensor (or one per expert or batch entry)."""
+        return self.scaling == "flexpoint"
+
+    @property
     def has_block_scales(self) -> bool:
         """Scales that vary along K or across rows and columns (MX, fp8 block and channel scales), not one
         per tensor."""

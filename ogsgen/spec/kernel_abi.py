@@ -82,11 +82,12 @@ def _x_mx_batched(v): return _x_mx(v) and not v.ragged
 def _w_mx(v): return v.w.scales_apply == "operand"
 def _upcasts(v): return v.upcasts_in_registers
 def _w_hopper(v): return v.w.layout == "hopper"
-def _x_flex(v): return v.x.scaling == "flexpoint"
-def _w_flex(v): return v.w.scaling == "flexpoint"
+def _x_global(v): return v.x.has_global_scale
+def _w_global(v): return v.w.has_global_scale
 def _y_flex(v): return v.y.scaling == "flexpoint"
-def _x_block_f32(v): return v.x.scaling == "block_f32"
-def _w_block_f32(v): return v.w.scaling == "block_f32"
+# block scales applied to the products, per K group or in the epilogue (not to the values, as _x_mx / _w_mx)
+def _x_scales_products(v): return v.x.has_block_scales and v.x.scales_apply != "operand"
+def _w_scales_products(v): return v.w.has_block_scales and v.w.scales_apply != "operand"
 def _k_groups(v): return v.w.scales_apply == "k_group"
 def _y_mx(v): return v.y.scaling == "block_e8m0"
 def _y_mx_batched(v): return _y_mx(v) and not v.ragged
@@ -227,17 +228,17 @@ TILED = (
      Param("stride_wmx_b", lambda a: _batch_stride(a.call.w_op.block_scales), _w_mx),
      Param("stride_wmx_k", lambda a: a.call.w_op.block_scales.stride(-2), _w_mx),
      Param("stride_wmx_n", lambda a: a.call.w_op.block_scales.stride(-1), _w_mx)),
-    (Param("XScale", lambda a: a.call.x_op.global_scale, _x_flex),),
-    (Param("WScale", lambda a: a.call.w_op.global_scale, _w_flex),
-     Param("stride_wscale_b", lambda a: int(a.call.w_op.global_scale_per_batch), _w_flex)),
+    (Param("XScale", lambda a: a.call.x_op.global_scale, _x_global),),
+    (Param("WScale", lambda a: a.call.w_op.global_scale, _w_global),
+     Param("stride_wscale_b", lambda a: int(a.call.w_op.global_scale_per_batch), _w_global)),
     # fp8 with float32 block scales: x's per row (and 128 columns of K), w's per column or 128 (and 128 rows of K)
-    (Param("XBlockScales", lambda a: a.call.x_op.block_scales, _x_block_f32),
-     Param("stride_xbs_m", _x_block_scale_stride_m, _x_block_f32),
+    (Param("XBlockScales", lambda a: a.call.x_op.block_scales, _x_scales_products),
+     Param("stride_xbs_m", _x_block_scale_stride_m, _x_scales_products),
      Param("stride_xbs_k", lambda a: a.call.x_op.block_scales.stride(-1), _k_groups)),
-    (Param("WBlockScales", lambda a: a.call.w_op.block_scales, _w_block_f32),
-     Param("stride_wbs_b", lambda a: _batch_stride(a.call.w_op.block_scales), _w_block_f32),
+    (Param("WBlockScales", lambda a: a.call.w_op.block_scales, _w_scales_products),
+     Param("stride_wbs_b", lambda a: _batch_stride(a.call.w_op.block_scales), _w_scales_products),
      Param("stride_wbs_k", lambda a: a.call.w_op.block_scales.stride(-2), _k_groups),
-     Param("stride_wbs_n", lambda a: a.call.w_op.block_scales.stride(-1), _w_block_f32),
+     Param("stride_wbs_n", lambda a: a.call.w_op.block_scales.stride(-1), _w_scales_products),
      Param("W_SCALE_BLOCK_N", lambda a: a.call.w_op.scale_block_n, _k_groups, constexpr=True)),
     _FLEX_OUTPUT,
     _MX_OUTPUT,
