@@ -314,13 +314,16 @@ class TileProblem:
     w_k_major: bool = False
     k_group: int = 0                 # K values that share a scale applied per K step (fp8 128 x 128 blocks), or 0
     x_mx: bool = False               # x's scales apply to its values (mxfp8 x, upcast in registers)
+    scale_block_k: int = MX_BLOCK    # K values per scale of an operand whose scales apply to its values
 
 
 def format_facts(x_fmt, w_fmt, y_fmt) -> dict:
     """The fields of a TileProblem that the operands' formats decide: where their scales apply."""
+    upcast = [f.block_size for f in (x_fmt, w_fmt) if f.scales_apply == "operand"]
     return dict(w_mx_layout=w_fmt.layout if w_fmt.scales_apply == "operand" else None,
                 k_group=w_fmt.block_size if w_fmt.scales_apply == "k_group" else 0,
-                x_mx=x_fmt.scales_apply == "operand", y_mx=y_fmt.scaling == "block_e8m0")
+                x_mx=x_fmt.scales_apply == "operand", y_mx=y_fmt.scaling == "block_e8m0",
+                scale_block_k=max(upcast, default=MX_BLOCK))
 
 
 @lru_cache(maxsize=4096)
@@ -354,7 +357,7 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
     if constrained.get("split_k", 1) > 1:  # and only the tiled kernel does: drop the heuristic's persistent kernel
         constrained = {"persistent": False, **constrained}
     flags = replace(flags, **constrained)
-    operands = (p.itemsize, p.reduction_n, p.w_mx_layout, p.y_mx, p.k_group, p.x_mx)
+    operands = (p.itemsize, p.reduction_n, p.w_mx_layout, p.y_mx, p.k_group, p.x_mx, p.scale_block_k)
     if flags.persistent and "persistent" not in constrained and _tile_problem(flags, *operands) is not None:
         flags = replace(flags, persistent=False)  # the heuristic's kernel cannot take the asked-for tile: the tiled one
     _check_applicable(flags, p, operands)
@@ -390,7 +393,7 @@ def _check_applicable(flags: OptFlags, p: TileProblem, operands: tuple) -> None:
 
 
 def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout: str | None,
-                  y_mx: bool, k_group: int = 0, x_mx: bool = False) -> str | None:
+                  y_mx: bool, k_group: int = 0, x_mx: bool = False, scale_block_k: int = MX_BLOCK) -> str | None:
     """Why the operands cannot take this tile's block sizes, or None."""
     if y_mx and (flags.block_n // reduction_n) % MX_BLOCK:
         return f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a multiple of {MX_BLOCK}"
@@ -401,9 +404,9 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if flags.persistent and y_mx and (flags.block_n // 2 // reduction_n) % MX_BLOCK:
         return (f"block_n={flags.block_n}: the persistent kernel stores half tiles, and an mx output needs "
                 f"block_n // 2 // reduction_n to be a multiple of {MX_BLOCK}")
-    if x_mx and flags.block_k % MX_BLOCK:
-        return (f"block_k={flags.block_k}: mx activations carry one scale per {MX_BLOCK} values of K, so block_k "
-                f"must be a multiple of {MX_BLOCK}")
+    if x_mx and flags.block_k % scale_block_k:
+        return (f"block_k={flags.block_k}: mx activations carry one scale per {scale_block_k} values of K, so "
+                f"block_k must be a multiple of {scale_block_k}")
     if itemsize == 1 and flags.block_k < 32:
         return f"block_k={flags.block_k}: an fp8 dot needs block_k >= 32"
     if k_group and k_group % flags.block_k:
@@ -415,9 +418,9 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if w_mx_layout == "hopper" and flags.block_n % 16:
         return (f"block_n={flags.block_n}: hopper-layout mxfp4 weights come in slabs of 16 columns of N, so block_n "
                 f"must be a multiple of 16")
-    if w_mx_layout is not None and flags.block_k % MX_BLOCK:
-        return (f"block_k={flags.block_k}: mx weights carry one scale per {MX_BLOCK} rows of K, so block_k must be "
-                f"a multiple of {MX_BLOCK}")
+    if w_mx_layout is not None and flags.block_k % scale_block_k:
+        return (f"block_k={flags.block_k}: mx weights carry one scale per {scale_block_k} rows of K, so block_k must "
+                f"be a multiple of {scale_block_k}")
     if flags.block_n % reduction_n:
         return f"block_n={flags.block_n} must be a multiple of the activation's reduction_n ({reduction_n})"
     return None
