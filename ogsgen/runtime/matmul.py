@@ -173,11 +173,11 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                             epi, y_acc_in, inner_routing_data)
     n = w.shape[-1]  # (a swizzled w's logical N)
     x_op, w_op, y_fmt = describe_operands(x, w, pc)
-    x_fmt, w_fmt, x, w, k = x_op.format, w_op.format, x_op.values, w_op.values, w_op.k
+    x_fmt, w_fmt, x, w = x_op.format, w_op.format, x_op.values, w_op.values
     shape = check_call_shapes(x_op, w_op, y_fmt, n, routing_data, gather_indx, scatter_indx, pc, bias, betas, gammas,
                               out_alpha, y, fused_comm, act, epi, y_acc_in, preact)
     batched, ragged, batch, m, out_rows, n_out, out_shape, written, read = shape
-    out_dtype, reduction_n = y_fmt.torch_dtype, act.specs.reduction_n
+    out_dtype = y_fmt.torch_dtype
     if ragged and routing_checks.host_checks_apply(x):
         _check_routing_on_host(x, routing_data, gather_indx, scatter_indx)
     # The tensors a call writes overlap none of its other tensors, except y_acc_in that is y itself (in-place
@@ -195,7 +195,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                                    routing_data.n_expts_act, make_ragged_tensor_metadata(routing_data.expt_hist, m),
                                    routing_data.expected_tokens_per_expt)
 
-    if x_fmt.scaling == "block_f32" and x.dtype != torch.float8_e4m3fn:
+    if x_fmt.has_block_scales and x_op.block_scales is None:  # (a float x for fp8 block weights: made here)
         x_op = _quantized_activations(x_op)
         x = x_op.values
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
@@ -206,34 +206,9 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                 comm=fused_comm)
     if not x.is_cuda:  # Triton's interpreter: corrected, so that it computes what the GPU does
         interpreter.prepare((x_fmt.element, w_fmt.element, y_fmt.element))
-    n_expts = routing_data.n_expts_tot if ragged else None
-    tokens_per_expt = 0
-    if ragged:
-        tokens_per_expt = routing_data.expected_tokens_per_expt or max(1, m // n_expts)
-    n_sms = target(x.device).sm_count if x.is_cuda else None
     # (a fused-communication scatter takes the top-k reduce for any k: it writes every token's row to the ranks)
     topk = scatter_indx is not None and (routing_data.n_expts_act > 1 or fused_comm is not None)
-    # K splits where its partials are summed before anything nonlinear: by a reduce of their own, or by a top-k
-    # scatter's combine when no activation comes between the two sums
-    can_split = y_acc_in is None and fused_comm is None and preact is None and (
-        scatter_indx is None or (topk and act.specs.is_default))
-    w_k_major = w_fmt.scaling == "none" and w.stride(-1) != 1
-    if w_k_major and ragged and m >= _K_CONTIGUOUS_WARN_ROWS:
-        _warn_k_contiguous_once(w)
-    problem = TileProblem(
-        x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt, can_split, n_sms,
-        bitwise_invariant=pc.enforce_bitwise_invariance, constraints=current_constraints(),
-        persistent_blocker=persistent_blocker(variant, x), x_gathered=gather_indx is not None, split_is_free=topk,
-        w_k_major=w_k_major, **format_facts(x_fmt, w_fmt, y_fmt),
-        mx_scales_n_contiguous=w_fmt.scales_apply == "operand" and w_op.block_scales.stride(-1) == 1)
-    flags = make_opt_flags(problem)
-    matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
-    if flags.persistent:
-        y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
-        if (tma_problem := tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
-            # the tiled kernel, or the error if persistent was forced
-            flags = make_opt_flags(dataclasses.replace(problem, persistent_blocker=tma_problem))
-            matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
+    flags, matmul_variant, reduce_variant, matmul_out = _launch_choice(variant, call, y, n_out, topk)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     if other_device:
@@ -254,6 +229,37 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     except VariantNotBuiltError as exc:
         raise VariantNotBuiltError(f"{exc}. This call's matmul variant: {variant.as_code()}") from None
     return y
+
+
+def _launch_choice(variant: KernelVariant, call: Call, y: torch.Tensor, n_out: int, topk: bool):
+    """(flags, matmul variant, reduce variant or None, the matmul's output) of a call: the launch heuristic's choice
+    for its TileProblem, made again without the persistent kernel where TMA cannot describe its tensors."""
+    x, w, m, routing = call.x, call.w, call.m, call.routing
+    n_expts = routing.n_expts_tot if routing is not None else None
+    tokens_per_expt = routing.expected_tokens_per_expt or max(1, m // n_expts) if routing is not None else 0
+    # K splits where its partials are summed before anything nonlinear: by a reduce of their own, or by a top-k
+    # scatter's combine when no activation comes between the two sums
+    can_split = not variant.y_acc_in and not variant.fused_comm and not variant.preact and (
+        not variant.scatter or (topk and variant.activation is None))
+    w_k_major = variant.w.scaling == "none" and w.stride(-1) != 1
+    if w_k_major and routing is not None and m >= _K_CONTIGUOUS_WARN_ROWS:
+        _warn_k_contiguous_once(w)
+    problem = TileProblem(
+        x.element_size(), call.batch, m, call.n, call.k, variant.reduction_n, n_expts, tokens_per_expt, can_split,
+        target(x.device).sm_count if x.is_cuda else None, bitwise_invariant=call.pc.enforce_bitwise_invariance,
+        constraints=current_constraints(), persistent_blocker=persistent_blocker(variant, x),
+        x_gathered=variant.gather, split_is_free=topk, w_k_major=w_k_major,
+        **format_facts(variant.x, variant.w, variant.y),
+        mx_scales_n_contiguous=variant.w.scales_apply == "operand" and call.w_op.block_scales.stride(-1) == 1)
+    flags = make_opt_flags(problem)
+    matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
+    if flags.persistent:
+        y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
+        if (tma_problem := tma_blocker(x, w, variant.gather, y_by_tma)) is not None:
+            # the tiled kernel, or the error if persistent was forced
+            flags = make_opt_flags(dataclasses.replace(problem, persistent_blocker=tma_problem))
+            matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
+    return flags, matmul_variant, reduce_variant, matmul_out
 
 
 def _quantized_activations(x_op: ScaledOperand) -> ScaledOperand:
