@@ -71,12 +71,19 @@ def _try_to_hold(slot, held) -> bool:
     return True
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    # The peak of torch's GPU cache while the test ran (reset by _gpu_memory), in its report: the gate's log records it.
+    if HAS_CUDA and call.when == "call":
+        item.user_properties.append(("peak_gib", round(torch.cuda.max_memory_reserved() / 2**30, 2)))
+
+
 @pytest.fixture(autouse=True)
 def _gpu_memory(request):
     """On a GPU, tests marked large_gpu_memory share the card in turns: each holds one of its slots (file locks
     shared by every pytest process on the machine: xdist workers, the gate's fuzzers), or all of them when marked
-    ``whole_card=True``; every test's peak of torch's cache goes to its report (the gate's log records it), and a test
-    that leaves more than 2 GiB in torch's cache returns it, so that the gate's processes share one card."""
+    ``whole_card=True``; a test that leaves more than 2 GiB in torch's cache returns it, so that the gate's processes
+    share one card."""
     if not HAS_CUDA:
         yield
         return
@@ -84,7 +91,6 @@ def _gpu_memory(request):
     torch.cuda.reset_peak_memory_stats()
     with _gpu_memory_turn(marker) if marker else contextlib.nullcontext():
         yield
-    request.node.user_properties.append(("peak_gib", round(torch.cuda.max_memory_reserved() / 2**30, 2)))
     if torch.cuda.memory_reserved() > 2 << 30:
         torch.cuda.empty_cache()
 

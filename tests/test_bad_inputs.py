@@ -1,4 +1,4 @@
-"""A catalog of bad inputs across the public API (issue #28): each raises an ogsgen.OgsgenError whose message names
+"""A catalog of bad inputs across the public API: each raises an ogsgen.OgsgenError whose message names
 the offending argument (and, where the case says so, what to do about it), before any kernel runs.
 
 Cases marked xfail are bad inputs that today give an unclear error (a raw Python/torch exception, a message that

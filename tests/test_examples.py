@@ -90,6 +90,21 @@ def test_moe_layer_example(tmp_path):
     assert "MoE layer matches torch" in result.stdout
 
 
+def test_expert_parallel_layer_example(tmp_path):
+    """Two ranks (gloo on the CPU, or NCCL where two GPUs are) exchange tokens with all_to_all_single; each rank's
+    printed difference against the one-process layer is within bf16's tolerance."""
+    env = _env()
+    if torch.cuda.device_count() < 2:  # (the example refuses two ranks on one GPU: its ranks take the CPU)
+        env.update(CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1")
+    result = subprocess.run([sys.executable, str(EXAMPLES / "expert_parallel_layer.py"), "--world", "2"], env=env,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    diffs = dict(re.findall(r"^rank (\d+): max relative difference (\S+) against the one-process layer",
+                            result.stdout, flags=re.M))
+    assert sorted(diffs) == ["0", "1"], result.stdout
+    assert all(float(diff) <= 2e-2 for diff in diffs.values()), result.stdout
+
+
 @pytest.mark.slow
 def test_mxfp8_moe_layer_example(tmp_path):
     result = subprocess.run([sys.executable, str(EXAMPLES / "mxfp8_moe_layer.py")], env=_env(), cwd=tmp_path,

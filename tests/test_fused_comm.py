@@ -3,7 +3,7 @@
 One process plays every rank (the buffers are separate tensors, their addresses the out_handles), which runs the
 kernels' addressing on the CPU interpreter and on one GPU; the results equal ``fused_comm_reference`` of the ranks'
 local results. ``post_matmul_comm_torch`` (the reference through torch.distributed) is checked against it with gloo
-processes on the CPU. Two GPUs (symmetric memory across processes) are issue 32's remaining run.
+processes on the CPU. Two GPUs (symmetric memory across processes) have not run yet (2026-12-06).
 """
 import os
 
@@ -205,7 +205,7 @@ def _symmetric_memory_rank(rank, world, port, n_reduce_shards, results):
 @pytest.mark.gpu
 @pytest.mark.parametrize("world,n_reduce_shards", [(1, 1), (2, 2), (2, 1)])
 def test_symmetric_memory_ranks_against_nccl(world, n_reduce_shards):
-    """Issue 32's run: real ranks, one per GPU, their buffers in torch's symmetric memory (P2P stores), against
+    """Real ranks, one per GPU, their buffers in torch's symmetric memory (P2P stores), against
     post_matmul_comm_torch's NCCL all-gather. World size 1 runs on one GPU; 2 needs two."""
     if torch.cuda.device_count() < world:
         pytest.skip(f"needs {world} GPUs")

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of ``matmul_ogs`` against ``matmul_ogs_torch`` (issue #28).
+"""Property-based fuzzing of ``matmul_ogs`` against ``matmul_ogs_torch``.
 
 Random dense, batched and mixture-of-experts calls: sizes from 0 up (M, N, K, tokens, batch entries), x, w, y and
 y_acc_in in any major order and as strided, offset (unaligned) views, E experts and top-k k routed by

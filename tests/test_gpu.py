@@ -270,7 +270,7 @@ def test_fp8_rejected_on_gpus_without_fp8(monkeypatch):
         ogsgen.matmul_ogs(x, x.mT.contiguous().mT.mT, None)
 
 
-# ---------------------------------------------------------------- issue 28: large offsets, routing limits and checks
+# ---------------------------------------------------------------- large offsets, routing limits and checks
 
 def _free_gib() -> float:
     return torch.cuda.mem_get_info()[0] / 2**30

@@ -1,5 +1,10 @@
 """Mixture of experts: routing metadata, ragged matmul with gather/scatter, top-k combine, split K."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -491,6 +496,35 @@ def test_moe_at_the_largest_expert_count(device):
         make_ragged_tensor_metadata(too_many, tokens)
     with pytest.raises(ogsgen.SpecError, match="n_expts_tot=65537 is more experts than ogsgen's block schedule holds"):
         routing_from_topk(ids, torch.rand(tokens, 2, device=device), n_expts + 1)
+
+
+_METADATA_PTX_LINES = """
+import sys, triton
+from triton.backends.compiler import GPUTarget
+from ogsgen.moe.metadata import _ragged_metadata, metadata_blocks
+for n_expts_tot in map(int, sys.argv[1:]):
+    constants = dict(**metadata_blocks(n_expts_tot), SMALLEST_BLOCK=16)
+    signature = dict(Hist="*i32", SliceOffs="*i32", BlockOffs="*i32", BlockSchedule="*i64", n_expts_tot="i32",
+                     n_tiles="i32", n_rows="i32", **{name: "constexpr" for name in constants})
+    source = triton.compiler.ASTSource(fn=_ragged_metadata, signature=signature, constexprs=constants)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    print(len(compiled.asm["ptx"].splitlines()))
+"""
+
+
+def test_the_metadata_kernel_compiles_to_about_one_size_at_any_expert_count(tmp_path):
+    # An offline sm_90 compile (Triton's own ptxas, no GPU needed; in a process without the interpreter, which
+    # replaces @triton.jit): the kernel reads the experts a block at a time. When it held every expert in one tile,
+    # 65,536 experts took minutes to compile on an H100 machine (2026-12-06).
+    from ogsgen.moe.metadata import MAX_EXPERTS
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", _METADATA_PTX_LINES, "16", str(MAX_EXPERTS)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    at_16, at_most = map(int, done.stdout.split())
+    assert at_most < 3 * at_16
 
 
 def test_top_k_at_the_largest_k(device):

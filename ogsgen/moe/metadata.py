@@ -98,29 +98,41 @@ def _expert_histogram(ExptIndx, Hist, n_gates, n_expts_tot, BLOCK: tl.constexpr)
 @triton.jit(do_not_specialize=["n_expts_tot", "n_tiles", "n_rows"], debug=True)
 def _ragged_metadata(Hist, SliceOffs, BlockOffs, BlockSchedule, n_expts_tot, n_tiles, n_rows,
                      BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, SMALLEST_BLOCK: tl.constexpr):
-    # Program (j, i): schedule entries [j * BLOCK_T, (j + 1) * BLOCK_T) of block size SMALLEST_BLOCK << i.
+    # Program (j, i): schedule entries [j * BLOCK_T, (j + 1) * BLOCK_T) of block size SMALLEST_BLOCK << i. The
+    # experts are read BLOCK_E at a time (running sums carried over), so that the compiled kernel's size does not grow
+    # with the expert count (a tile of every expert at once took minutes to compile at 65,536 experts).
     size_row = tl.program_id(1)
     block_size = SMALLEST_BLOCK << size_row
-    experts = tl.arange(0, BLOCK_E)
-    hist = tl.load(Hist + experts, mask=experts < n_expts_tot, other=0)
-    tl.device_assert(hist >= 0, "ogsgen routing: the expert histogram has a negative count")
-    tl.device_assert(tl.sum(hist.to(tl.int64), 0) <= n_rows,
-                     "ogsgen routing: the expert histogram sums to more rows than the call has")
-    n_blocks = (hist + block_size - 1) // block_size
-    blocks_end = tl.cumsum(n_blocks, 0)
-    blocks_start = blocks_end - n_blocks
-    if tl.program_id(0) == 0:
-        offs_row = BlockOffs + size_row * (n_expts_tot + 1)
-        tl.store(offs_row + experts + 1, blocks_end, mask=experts < n_expts_tot)
+    writes_offsets = tl.program_id(0) == 0
+    offs_row = BlockOffs + size_row * (n_expts_tot + 1)
+    tiles = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    # The expert of tile t is the number of experts whose tiles all end at or before t; its first tile is the
+    # largest of those ends (0 if none).
+    expert = tl.zeros([BLOCK_T], dtype=tl.int32)
+    start = tl.zeros([BLOCK_T], dtype=tl.int32)
+    rows_before = tl.zeros([], dtype=tl.int64)
+    blocks_before = tl.zeros([], dtype=tl.int32)
+    for first in range(0, n_expts_tot, BLOCK_E):
+        experts = first + tl.arange(0, BLOCK_E)
+        hist = tl.load(Hist + experts, mask=experts < n_expts_tot, other=0)
+        tl.device_assert(hist >= 0, "ogsgen routing: the expert histogram has a negative count")
+        n_blocks = (hist + block_size - 1) // block_size
+        blocks_end = blocks_before + tl.cumsum(n_blocks, 0)
+        if writes_offsets:
+            tl.store(offs_row + experts + 1, blocks_end, mask=experts < n_expts_tot)
+            if size_row == 0:
+                tl.store(SliceOffs + experts + 1, rows_before.to(tl.int32) + tl.cumsum(hist, 0),
+                         mask=experts < n_expts_tot)
+        ends_before = (blocks_end[None, :] <= tiles[:, None]) & (experts < n_expts_tot)[None, :]
+        expert += tl.sum(ends_before.to(tl.int32), axis=1)
+        start = tl.maximum(start, tl.max(tl.where(ends_before, blocks_end[None, :], 0), axis=1))
+        rows_before += tl.sum(hist.to(tl.int64), 0)
+        blocks_before += tl.sum(n_blocks, 0)
+    tl.device_assert(rows_before <= n_rows, "ogsgen routing: the expert histogram sums to more rows than the call has")
+    if writes_offsets:
         tl.store(offs_row, 0)
         if size_row == 0:
-            tl.store(SliceOffs + experts + 1, tl.cumsum(hist, 0), mask=experts < n_expts_tot)
             tl.store(SliceOffs, 0)
-    tiles = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    # The expert of tile t is the number of experts whose tiles all end at or before t.
-    ends_before = blocks_end[None, :] <= tiles[:, None]
-    expert = tl.sum(ends_before.to(tl.int32), axis=1)
-    start = tl.sum(tl.where(experts[None, :] == expert[:, None], blocks_start[None, :], 0), axis=1)
     entry = tl.where(expert < n_expts_tot, ((tiles - start).to(tl.int64) << 16) | expert, -1)
     tl.store(BlockSchedule + size_row.to(tl.int64) * n_tiles + tiles, entry, mask=tiles < n_tiles)
 
@@ -144,6 +156,13 @@ def check_row_count(n_rows: int, what: str) -> None:
                         f"histograms and indices): split the call into fewer tokens")
 
 
+def metadata_blocks(n_expts_tot: int) -> dict[str, int]:
+    """The metadata kernel's tile: up to 1024 experts at a time, and as many schedule entries as keep the
+    (entries x experts) comparison at 16K elements."""
+    block_e = max(16, min(1024, triton.next_power_of_2(n_expts_tot)))
+    return dict(BLOCK_E=block_e, BLOCK_T=max(16, min(128, 16384 // block_e)))
+
+
 def make_ragged_tensor_metadata(hist: torch.Tensor, n_rows: int) -> RaggedTensorMetadata:
     """Device metadata of ``hist`` (int32, (E,)) for ``n_rows`` rows at most (the host-side bound)."""
     check_kernel_device(hist, "hist")
@@ -156,11 +175,10 @@ def make_ragged_tensor_metadata(hist: torch.Tensor, n_rows: int) -> RaggedTensor
     slice_offs = torch.empty(n_expts_tot + 1, dtype=torch.int32, device=device)
     block_offs = torch.empty(len(BLOCK_SIZES), n_expts_tot + 1, dtype=torch.int32, device=device)
     schedule = torch.empty(len(BLOCK_SIZES), n_tiles, dtype=torch.int64, device=device)
-    block_e = max(16, triton.next_power_of_2(n_expts_tot))
-    block_t = max(16, min(128, 16384 // block_e))
-    grid = (max(1, triton.cdiv(n_tiles, block_t)), len(BLOCK_SIZES))
-    _ragged_metadata[grid](hist, slice_offs, block_offs, schedule, n_expts_tot, n_tiles, n_rows, BLOCK_E=block_e,
-                           BLOCK_T=block_t, SMALLEST_BLOCK=BLOCK_SIZES[0])
+    blocks = metadata_blocks(n_expts_tot)
+    grid = (max(1, triton.cdiv(n_tiles, blocks["BLOCK_T"])), len(BLOCK_SIZES))
+    _ragged_metadata[grid](hist, slice_offs, block_offs, schedule, n_expts_tot, n_tiles, n_rows, **blocks,
+                           SMALLEST_BLOCK=BLOCK_SIZES[0])
     return RaggedTensorMetadata(hist, slice_offs, block_offs, schedule)
 
 
