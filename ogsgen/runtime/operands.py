@@ -11,8 +11,8 @@ import torch
 from ..devices import target
 from ..errors import SpecError, UnsupportedError
 from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
-from ..spec.formats import (FLEX_BY_DTYPE, FP8_BLOCK, FP8_E4M3_B128, FP8_E4M3_CHANNEL, MX_BLOCK, MX_FP8_BY_DTYPE,
-                            MXFP4, MXFP4_HOPPER, NumericFormat, plain_format_of)
+from ..spec.formats import (ELEMENTS, FLEX_BY_DTYPE, FP8_BLOCK, FP8_E4M3_B128, FP8_E4M3_CHANNEL, MX_BLOCK,
+                            MX_FP8_BY_DTYPE, MXFP4, MXFP4_HOPPER, NVFP4, NumericFormat, plain_format_of)
 from ..spec.operands import ScaledOperand
 from ..spec.variant import KernelVariant
 from ..types import PrecisionConfig
@@ -31,11 +31,13 @@ def describe_operands(x, w, pc: PrecisionConfig) -> tuple[ScaledOperand, ScaledO
     x_fmt, w_fmt, y_fmt, k = _formats(x, w, pc)
     values, n = (w.data if isinstance(w, SwizzledMxValues) else w), w.shape[-1]
     if x.shape[-1] != k:
-        packed = " (packed mxfp4: 2 values per byte)" if w_fmt.element == "e2m1" else ""
+        packed = f" (packed {w_fmt.name}: 2 values per byte)" if w_fmt.element == "e2m1" else ""
         raise SpecError(f"x has K={x.shape[-1]} columns but w has {k} rows{packed} "
                         f"(w is (..., K, N) = {tuple(w.shape)})")
     _check_scales(pc, x_fmt, w_fmt, y_fmt, values, k, n, tuple(x.shape[:-1]))
     w_scales = pc.weight_scale if w_fmt.has_block_scales else None
+    if w_fmt.scale_element == "e4m3":  # their bits: the kernel's masked loads fill 0, which Triton's interpreter
+        w_scales = w_scales.view(torch.uint8)  # cannot cast to fp8 (the upcast reads e4m3 bits)
     # block_f32 w: 128 x 128 blocks, or one scale per column (prepare_expert_weights' interleaved gate/up columns)
     scale_block_n = FP8_BLOCK if w_fmt.scaling == "block_f32" and w_scales.shape[-1] != n else 1
     x_op = ScaledOperand(x, x_fmt, k, pc.act_scale if x_fmt.has_block_scales else None,
@@ -109,8 +111,9 @@ def _formats(x, w, pc: PrecisionConfig):
         w_fmt = _block_f32_weight_format(w, pc.weight_scale)
         x_fmt = _block_f32_activation_format(x, pc.act_scale, w_fmt)
     elif pc.weight_scale is not None:
-        if w.dtype == torch.uint8:
-            w_fmt, k = MXFP4, 2 * w.shape[-2]  # two e2m1 values per byte along K
+        if w.dtype == torch.uint8:  # two e2m1 values per byte along K; e4m3 block scales make it NVFP4
+            nvfp4 = getattr(pc.weight_scale, "dtype", None) == torch.float8_e4m3fn
+            w_fmt, k = (NVFP4 if nvfp4 else MXFP4), 2 * w.shape[-2]
         elif w.dtype in MX_FP8_BY_DTYPE:
             if w.dtype == torch.float8_e4m3fn and isinstance(pc.weight_scale, torch.Tensor) and \
                     pc.weight_scale.is_floating_point():  # (block scales of another float dtype: not e8m0 bytes)
@@ -125,12 +128,14 @@ def _formats(x, w, pc: PrecisionConfig):
     elif w.dtype in FLEX_BY_DTYPE:
         w_fmt = FLEX_BY_DTYPE[w.dtype]
     elif w.dtype == torch.uint8:
-        raise SpecError("w is uint8 (packed mxfp4) but precision_config.weight_scale is None; pass its e8m0 scales")
+        raise SpecError("w is uint8 (packed mxfp4 or nvfp4) but precision_config.weight_scale is None; pass its e8m0 "
+                        "scales (mxfp4) or its float8_e4m3fn scales (nvfp4, with its global scale)")
     else:
         w_fmt = plain_format_of(w.dtype, "w")
         if w_fmt != x_fmt and x_fmt.scaling == "none":
             raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
-    if w_fmt.element == "e2m1" and getattr(pc.act_scale, "dtype", None) == torch.float32:
+    if w_fmt.element == "e2m1" and w_fmt.scale_element == "e8m0" and \
+            getattr(pc.act_scale, "dtype", None) == torch.float32:  # (mxfp4, either layout)
         x_fmt = _e4m3_rows_format(x, pc)
     elif w_fmt.scaling == "block_e8m0" and getattr(pc.act_scale, "dtype", None) == torch.float32:
         # (no kernel reads it: taken silently, it would be ignored)
@@ -266,8 +271,9 @@ def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tup
                                        (1, w_batch))):
         if scale is None:
             continue
-        if fmt.scaling != "flexpoint":
-            raise SpecError(f"{name} is set but the operand is {fmt.name}, not fp8 flexpoint; drop the scale")
+        if not fmt.has_global_scale:
+            raise SpecError(f"{name} is set but the operand is {fmt.name}, which has no per-tensor scale (fp8 "
+                            f"flexpoint and nvfp4 have one); drop the scale")
         check_tensor(scale, name, dtype=torch.float32)
         if scale.numel() not in lengths or not scale.is_contiguous():
             raise SpecError(f"{name} must be a contiguous float32 tensor of {' or '.join(map(str, sorted(set(lengths))))} "
@@ -280,17 +286,24 @@ def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tup
             raise SpecError(f"precision_config.flex_ctx.out_data.{name} is set but the output is {y_fmt.name}; "
                             f"set precision_config.out_dtype to an fp8 dtype or drop the scale")
         check_tensor(scale, f"precision_config.flex_ctx.out_data.{name}", dtype=torch.float32)
-    if w_fmt.scaling == "block_e8m0":
-        scale = pc.weight_scale
-        k_blocks = -(-k // MX_BLOCK)
+    if w_fmt.scales_apply == "operand":
+        scale, block, element = pc.weight_scale, w_fmt.block_size, w_fmt.scale_element
+        k_blocks = -(-k // block)
         expected = (w_batch, k_blocks, n) if w.ndim == 3 else (k_blocks, n)
-        check_tensor(scale, "precision_config.weight_scale", dtype=torch.uint8)
-        # K groups past cdiv(K, 32) are padding, never read: vLLM pads them to a multiple of 4 on Hopper
+        dtype = torch.uint8 if element == "e8m0" else ELEMENTS[element].torch_dtype  # (e8m0 codes are bytes)
+        check_tensor(scale, "precision_config.weight_scale", dtype=dtype)
+        # K groups past cdiv(K, block) are padding, never read: vLLM pads mxfp4's to a multiple of 4 on Hopper
         shape = tuple(scale.shape)
         if len(shape) != len(expected) or shape[-2] < k_blocks or shape[:-2] + shape[-1:] != expected[:-2] + (n,):
-            raise SpecError(f"precision_config.weight_scale must hold one e8m0 byte per {MX_BLOCK} values of K: "
+            unit = "byte" if element == "e8m0" else "scale"
+            raise SpecError(f"precision_config.weight_scale must hold one {element} {unit} per {block} values of K: "
                             f"shape {expected} for w of logical shape (..., K={k}, N={n}) (more K groups may follow, "
                             f"as padding: they are not read), got {shape}")
+    if w_fmt.has_global_scale and w_fmt.has_block_scales and flex.rhs_data.scale is None:
+        # (a kernel without it would compute e2m1 * block scale: off by the global scale, silently)
+        raise SpecError(f"{w_fmt.name} w needs its float32 global scale (a checkpoint's weight_scale_2) in "
+                        f"precision_config.flex_ctx.rhs_data.scale: one element, or one per expert; "
+                        f"ogsgen.prepare_expert_weights(..., format='{w_fmt.name}').precision_config() sets it")
     if x_fmt.scaling == "block_f32" and pc.act_scale is not None:
         _check_act_scale(pc.act_scale, x_fmt, x_lead[-1], k)
     if x_fmt.scaling == "block_e8m0":
