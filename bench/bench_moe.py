@@ -41,7 +41,7 @@ from triton.testing import do_bench, do_bench_cudagraph
 
 import ogsgen
 from ogsgen.numerics import FP8_BLOCK, dequantize_fp8_torch, dequantize_mx_torch, quantize_fp8_torch
-from ogsgen.runtime import matmul as ogsgen_matmul  # its _REPLACED: what the wgmma hazard check replaced
+from ogsgen.runtime import wgmma_hazards  # its _REPLACED: what the wgmma hazard check replaced
 
 from ceilings import Ceilings, ImpossibleRate, exit_if_impossible, measure as measure_ceilings
 
@@ -330,7 +330,7 @@ def hazard_replacements() -> str:
             return "wait"
         tile = "x".join(map(str, (ran.block_m, ran.block_n, ran.block_k, ran.num_warps, ran.num_stages)))
         return tile + "-wait" if ran.wait_mma else tile
-    return " ".join(sorted({name(original, ran) for (original, _), ran in ogsgen_matmul._REPLACED.items()}))
+    return " ".join(sorted({name(original, ran) for (original, _), ran in wgmma_hazards._REPLACED.items()}))
 
 
 def relative_errors(output, reference) -> tuple[float, float] | None:
@@ -395,7 +395,7 @@ def measure_case(case: str, items, ceilings: Ceilings, fp8: bool = False) -> lis
         row = dict(case=case, impl=impl, eager_us="", graph_us="", tflops="", tbps="", error="", rms_err="",
                    max_err="", replaced_by="")
         try:
-            ogsgen_matmul.forget_hazard_replacements()  # the row then says what replaced its MX binaries, if anything
+            wgmma_hazards.forget_hazard_replacements()  # the row then says what replaced its MX binaries, if anything
             output = fn()
             if impl == "ogsgen":
                 row["replaced_by"] = hazard_replacements()

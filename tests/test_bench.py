@@ -67,16 +67,16 @@ def test_relative_errors():
 
 def test_hazard_replacements_name_what_ran_instead(monkeypatch):
     from bench_moe import hazard_replacements
-    from ogsgen.runtime import matmul
+    from ogsgen.runtime import wgmma_hazards
     from ogsgen.runtime.opt_flags import OptFlags
     tile = OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=3, fallback_tiles=((128, 128, 8, 3, False),))
-    monkeypatch.setattr(matmul, "_REPLACED", {})
+    monkeypatch.setattr(wgmma_hazards, "_REPLACED", {})
     assert hazard_replacements() == ""
-    matmul._REPLACED.update({(tile, "a"): OptFlags(16, 128, 128, group_m=8, num_warps=8, num_stages=3),
+    wgmma_hazards._REPLACED.update({(tile, "a"): OptFlags(16, 128, 128, group_m=8, num_warps=8, num_stages=3),
                              (tile, "b"): OptFlags(16, 128, 128, group_m=8, num_warps=4, num_stages=3, wait_mma=True)})
     assert hazard_replacements() == "16x128x128x8x3 wait"
     # A fallback tile that waits for each wgmma: named with its tile.
-    matmul._REPLACED[(tile, "c")] = OptFlags(16, 256, 128, group_m=8, num_warps=8, num_stages=4, wait_mma=True)
+    wgmma_hazards._REPLACED[(tile, "c")] = OptFlags(16, 256, 128, group_m=8, num_warps=8, num_stages=4, wait_mma=True)
     assert hazard_replacements() == "16x128x128x8x3 16x256x128x8x4-wait wait"
 
 

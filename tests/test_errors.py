@@ -214,11 +214,11 @@ def test_persistent_constraint_names_what_blocks_it(device):
 
 def test_persistent_tiles_hold_two_storable_halves():
     # The persistent kernel's epilogue stores column halves of its tile by TMA, in boxes of 16 bytes or more.
-    from ogsgen.runtime.opt_flags import make_opt_flags
+    from ogsgen.runtime.opt_flags import TileProblem, make_opt_flags
 
     def flags(block_n, reduction_n=1, y_mx=False):
-        return make_opt_flags(2, 1, 4096, 512, 256, reduction_n, None, 0, True, 132, None, False, y_mx,
-                              constraints=(("block_n", block_n), ("persistent", True)), persistent_blocker=None)
+        return make_opt_flags(TileProblem(2, 1, 4096, 512, 256, reduction_n, None, 0, True, 132, None, False, y_mx,
+                              constraints=(("block_n", block_n), ("persistent", True)), persistent_blocker=None))
     assert flags(16).block_n == 16  # halves of 8 columns: 16 bytes of bf16
     with pytest.raises(ogsgen.InapplicableConstraintError, match="the persistent kernel stores half tiles of at least 8 "
                                                             "output columns, so block_n must be at least 32"):

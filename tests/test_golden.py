@@ -26,6 +26,7 @@ GOLDEN_DEFAULT = ["ogs_matmul_xbf16_wbf16_ybf16", "ogs_matmul_xbf16_wbf16_ybf16_
                   "ogs_reduce_xfp32_ybf16_gammas_act_swiglu",
                   "ogs_matmul_xbf16_wmxfp4_ybf16_ragged_gather_bias_act_swiglu",
                   "ogs_matmul_xbf16_wmxfp4hopper_ybf16_ragged_gather_bias_act_swiglu",
+                  "ogs_matmul_xbf16_wnvfp4_ybf16_ragged_scatter_bias_gammas",
                   "ogs_matmul_xfp8e4m3_wfp8e4m3_yfp8e4m3_bias", "ogs_reduce_xfp32_yfp8e4m3",
                   "ogs_matmul_xbf16_wbf16_yfp32_inner_gather_y_acc_in",
                   "ogs_matmul_xfp8e4m3_b128_wfp8e4m3_b128_ybf16_ragged_gather_act_swiglu",

@@ -4,13 +4,13 @@ import itertools
 import pytest
 
 from ogsgen.errors import InapplicableConstraintError
-from ogsgen.runtime.opt_flags import make_opt_flags
+from ogsgen.runtime.opt_flags import TileProblem, make_opt_flags
 
 
 def _gpt_oss_w1(itemsize, rows_per_expert, w_mx_layout=None):
     # gpt-oss w1: 128 experts, N=5760, K=2880, on 132 SMs
-    return make_opt_flags(itemsize, 1, rows_per_expert * 128, 5760, 2880, 1, 128, rows_per_expert, True, 132,
-                          w_mx_layout)
+    return make_opt_flags(TileProblem(itemsize, 1, rows_per_expert * 128, 5760, 2880, 1, 128, rows_per_expert, True, 132,
+                          w_mx_layout))
 
 
 def test_decode_tiles_of_16_bit_weights_take_two_warpgroups():
@@ -23,8 +23,8 @@ def test_decode_tiles_of_16_bit_weights_take_two_warpgroups():
 def _qwen3_w1(tokens, k_major=False):
     # Qwen3-30B-A3B w1: 128 experts, top-8, N=1536, K=2048, gathered x
     rows = 8 * tokens
-    return make_opt_flags(2, 1, rows, 1536, 2048, 1, 128, max(1, rows // 128), True, 132, x_gathered=True,
-                          w_k_major=k_major)
+    return make_opt_flags(TileProblem(2, 1, rows, 1536, 2048, 1, 128, max(1, rows // 128), True, 132, x_gathered=True,
+                          w_k_major=k_major))
 
 
 def test_decode_tiles_of_n_contiguous_moe_weights_step_128_deep_where_k_divides_or_one_wave_holds_them():
@@ -35,7 +35,7 @@ def test_decode_tiles_of_n_contiguous_moe_weights_step_128_deep_where_k_divides_
         return flags.block_m, flags.block_n, flags.block_k, flags.num_warps, flags.num_stages
     assert tile(_qwen3_w1(1)) == tile(_qwen3_w1(8)) == (16, 128, 128, 4, 4)
     assert tile(_gpt_oss_w1(2, 1)) == (16, 128, 64, 8, 4)
-    dense = make_opt_flags(2, 1, 8, 1536, 2048, 1, None, 0, True, 132)
+    dense = make_opt_flags(TileProblem(2, 1, 8, 1536, 2048, 1, None, 0, True, 132))
     assert (dense.block_k, dense.num_warps) == (64, 8)  # dense calls: not measured, unchanged
 
 
@@ -51,11 +51,11 @@ def test_sixteen_to_31_rows_per_expert_take_32_row_tiles():
 def test_decode_tiles_of_k_contiguous_16_bit_moe_weights_take_128_deep_k_steps():
     # bench/results/2026-12-03c-kmajor: K-contiguous W at T=32, 16x128x128 with 4 warps 618 against 645 us
     # (gpt-oss w1) and 2193 against 2376 (DeepSeek-V3 w1) for the N-contiguous tile.
-    k_major = make_opt_flags(2, 1, 128, 5760, 2880, 1, 128, 1, True, 132, w_k_major=True)
+    k_major = make_opt_flags(TileProblem(2, 1, 128, 5760, 2880, 1, 128, 1, True, 132, w_k_major=True))
     assert (k_major.block_m, k_major.block_n, k_major.block_k, k_major.num_warps, k_major.num_stages) == \
         (16, 128, 128, 4, 4)
     assert _tile(_gpt_oss_w1(2, 1))[:4] == (16, 128, 64, 8)  # N-contiguous: unchanged
-    dense = make_opt_flags(2, 1, 8, 5760, 2880, 1, None, 0, True, 132, w_k_major=True)
+    dense = make_opt_flags(TileProblem(2, 1, 8, 5760, 2880, 1, None, 0, True, 132, w_k_major=True))
     assert (dense.block_k, dense.num_warps) == (64, 8)  # dense calls: not measured, unchanged
 
 
@@ -66,7 +66,7 @@ def test_32_row_tiles_of_k_contiguous_16_bit_moe_weights_take_128_deep_k_steps()
     # (the 128-deep tile 1-2% slower on four of five cases).
     assert _tile(_qwen3_w1(256, k_major=True))[:5] == (32, 128, 128, 4, 3)
     assert _tile(_qwen3_w1(256))[:5] == (32, 128, 64, 4, 4)
-    dense = make_opt_flags(2, 1, 32, 1536, 2048, 1, None, 0, True, 132, w_k_major=True)
+    dense = make_opt_flags(TileProblem(2, 1, 32, 1536, 2048, 1, None, 0, True, 132, w_k_major=True))
     assert dense.block_k == 64  # dense calls: not measured, unchanged
 
 
@@ -77,7 +77,7 @@ def test_k_contiguous_decode_tiles_take_64_columns_where_128_leave_the_last_wave
     # (96 tiles, one wave either way) 13.3 against 12.7 keep 128 (bench/results/2026-12-03i-decode and
     # 2026-12-03k-train)
     def k_major(m, n, k, n_expts):
-        return make_opt_flags(2, 1, m, n, k, 1, n_expts, 1, True, 132, x_gathered=True, w_k_major=True)
+        return make_opt_flags(TileProblem(2, 1, m, n, k, 1, n_expts, 1, True, 132, x_gathered=True, w_k_major=True))
     assert _tile(k_major(4, 5760, 2880, 128))[:5] == (16, 64, 128, 4, 4)
     assert k_major(32, 5760, 2880, 128).block_n == 128  # gpt-oss w1 T=8
     assert k_major(32, 2880, 2880, 128).block_n == 128  # gpt-oss w2 T=8
@@ -95,14 +95,14 @@ def test_hopper_mxfp4_decode_tiles_follow_k():
     # warps, waiting (bench/results/2026-12-01j-probes); more rows, or K=7168 (DeepSeek-V3), keep 16x128x128.
     assert _tile(_gpt_oss_w1(2, 1, "hopper")) == (16, 128, 64, 8, 4, True)
     assert _tile(_gpt_oss_w1(2, 8, "hopper")) == (16, 128, 128, 4, 3, False)
-    deepseek = make_opt_flags(2, 1, 64, 4096, 7168, 1, 256, 1, True, 132, "hopper")
+    deepseek = make_opt_flags(TileProblem(2, 1, 64, 4096, 7168, 1, 256, 1, True, 132, "hopper"))
     assert _tile(deepseek) == (16, 128, 128, 4, 3, False)
     assert _tile(_gpt_oss_w1(2, 32, "hopper")) == (32, 128, 128, 4, 3, False)  # 32-row tiles: unchanged
 
 
 def _dense_bf16(m, n, k, tma=True):
-    return make_opt_flags(2, 1, m, n, k, 1, None, 0, True, 132,
-                          persistent_blocker=None if tma else "the persistent kernel needs TMA")
+    return make_opt_flags(TileProblem(2, 1, m, n, k, 1, None, 0, True, 132,
+                          persistent_blocker=None if tma else "the persistent kernel needs TMA"))
 
 
 def test_dense_16_bit_calls_that_leave_sms_idle_take_persistent_64_row_tiles():
@@ -155,9 +155,9 @@ def test_the_heuristic_never_picks_a_tile_its_own_checks_refuse():
             (1, 2, 4), (1, 3), (1, 16, 33, 64, 512, 768, 4096), (16, 200, 2880, 5760), (1, 2, 4, 8), (None, 128),
             (None, "strided", "hopper"), (False, True), (False, True), (False, True), (None, 132)):
         if n % reduction_n == 0 and not (layout and itemsize == 4):
-            make_opt_flags(itemsize, batch, m, n, 2880, reduction_n, n_expts, max(1, m // (n_expts or m)), True,
+            make_opt_flags(TileProblem(itemsize, batch, m, n, 2880, reduction_n, n_expts, max(1, m // (n_expts or m)), True,
                            n_sms, layout, bitwise, y_mx, persistent_blocker=None if persistent else "no TMA",
-                           mx_scales_n_contiguous=layout is not None)
+                           mx_scales_n_contiguous=layout is not None))
 
 
 def test_the_heuristic_picks_block_k_of_32_for_fp8_dots_and_mx_weights_at_small_k():
@@ -167,8 +167,8 @@ def test_the_heuristic_picks_block_k_of_32_for_fp8_dots_and_mx_weights_at_small_
                                                              (1, 16, 64), (None, 128)):
         if itemsize == 1 and layout is not None:
             continue
-        flags = make_opt_flags(itemsize, 1, m, 32, k, 1, n_expts, max(1, m // (n_expts or m)), True, 132, layout,
-                               mx_scales_n_contiguous=layout is not None)
+        flags = make_opt_flags(TileProblem(itemsize, 1, m, 32, k, 1, n_expts, max(1, m // (n_expts or m)), True, 132, layout,
+                               mx_scales_n_contiguous=layout is not None))
         assert flags.block_k >= (16 if itemsize == 2 and layout is None else 32)
 
 
@@ -177,19 +177,19 @@ def test_mx_outputs_get_a_tile_whose_stores_hold_whole_scale_groups(m, reduction
     # An MX output keeps one scale per 32 columns; the persistent kernel stores half tiles, so its heuristic tiles
     # (64x64, 128x128, 128x256) suit some activations' reductions only. Where one would not, the heuristic
     # takes the tiled kernel (it was an InapplicableConstraintError error for a call that constrained nothing).
-    flags = make_opt_flags(2, 1, m, 5760, 2880, reduction_n, None, 0, True, 132, y_mx=True, persistent_blocker=None)
+    flags = make_opt_flags(TileProblem(2, 1, m, 5760, 2880, reduction_n, None, 0, True, 132, y_mx=True, persistent_blocker=None))
     columns = flags.block_n // 2 if flags.persistent else flags.block_n
     assert (columns // reduction_n) % 32 == 0
-    assert flags.persistent == (make_opt_flags(2, 1, m, 5760, 2880, 1, None, 0, True, 132,
-                                               persistent_blocker=None).block_n // 2 // reduction_n % 32 == 0)
+    assert flags.persistent == (make_opt_flags(TileProblem(2, 1, m, 5760, 2880, 1, None, 0, True, 132,
+                                               persistent_blocker=None)).block_n // 2 // reduction_n % 32 == 0)
 
 
 def _gpt_oss_w2_bf16(tokens, x_gathered=False, tma=True):
     # gpt-oss w2 shapes: 128 experts, top-4, N=K=2880 (tokens_per_expt as matmul_ogs computes it: at least 1)
     rows = 4 * tokens
-    return make_opt_flags(2, 1, rows, 2880, 2880, 1, 128, max(1, rows // 128), True, 132,
+    return make_opt_flags(TileProblem(2, 1, rows, 2880, 2880, 1, 128, max(1, rows // 128), True, 132,
                           persistent_blocker=None if tma else "the persistent kernel needs TMA",
-                          x_gathered=x_gathered)
+                          x_gathered=x_gathered))
 
 
 def test_decode_rows_read_in_place_take_the_persistent_kernel():
@@ -209,39 +209,39 @@ def test_decode_rows_read_in_place_take_the_persistent_kernel():
 def test_asking_for_the_persistent_kernel_drops_the_heuristic_split_of_k():
     # 16 rows: the heuristic splits K in two (45 tiles); the persistent kernel does not split
     assert _dense_bf16(16, 5760, 2880).split_k == 2
-    flags = make_opt_flags(2, 1, 16, 5760, 2880, 1, None, 0, True, 132, constraints=(("persistent", True),),
-                           persistent_blocker=None)
+    flags = make_opt_flags(TileProblem(2, 1, 16, 5760, 2880, 1, None, 0, True, 132, constraints=(("persistent", True),),
+                           persistent_blocker=None))
     assert flags.persistent and flags.split_k == 1
     with pytest.raises(InapplicableConstraintError, match="does not split K"):
-        make_opt_flags(2, 1, 16, 5760, 2880, 1, None, 0, True, 132, persistent_blocker=None,
-                       constraints=(("persistent", True), ("split_k", 2)))
+        make_opt_flags(TileProblem(2, 1, 16, 5760, 2880, 1, None, 0, True, 132, persistent_blocker=None,
+                       constraints=(("persistent", True), ("split_k", 2))))
 
 
 def test_asking_for_a_split_of_k_drops_the_heuristic_persistent_kernel():
     # gpt-oss w2 bf16 T=16 (64 rows on 128 experts, 1 GB of W): the persistent decode kernel, which does not split
     assert _gpt_oss_w2_bf16(16).persistent
-    flags = make_opt_flags(2, 1, 64, 2880, 2880, 1, 128, 1, True, 132, constraints=(("split_k", 4),),
-                           persistent_blocker=None)
+    flags = make_opt_flags(TileProblem(2, 1, 64, 2880, 2880, 1, 128, 1, True, 132, constraints=(("split_k", 4),),
+                           persistent_blocker=None))
     assert (flags.persistent, flags.split_k, flags.block_m) == (False, 4, 16)
 
 
 def test_a_constrained_tile_the_persistent_kernel_cannot_store_drops_it():
     # Found by the GPU fuzzing: 33 x 130 x 256 bf16 with SwiGLU takes the persistent kernel; a forced 16x16x16 tile
     # leaves it half tiles of 4 output columns, under TMA's 16 bytes. Without persistent=True the tile runs tiled.
-    assert make_opt_flags(2, 1, 33, 130, 256, 2, None, 0, True, 132, persistent_blocker=None).persistent
+    assert make_opt_flags(TileProblem(2, 1, 33, 130, 256, 2, None, 0, True, 132, persistent_blocker=None)).persistent
     tile = (("block_k", 16), ("block_m", 16), ("block_n", 16))
-    flags = make_opt_flags(2, 1, 33, 130, 256, 2, None, 0, True, 132, constraints=tile, persistent_blocker=None)
+    flags = make_opt_flags(TileProblem(2, 1, 33, 130, 256, 2, None, 0, True, 132, constraints=tile, persistent_blocker=None))
     assert (flags.persistent, flags.block_m, flags.block_n, flags.block_k) == (False, 16, 16, 16)
     with pytest.raises(InapplicableConstraintError, match="half tiles of at least 8 output columns"):
-        make_opt_flags(2, 1, 33, 130, 256, 2, None, 0, True, 132, constraints=tile + (("persistent", True),),
-                       persistent_blocker=None)
+        make_opt_flags(TileProblem(2, 1, 33, 130, 256, 2, None, 0, True, 132, constraints=tile + (("persistent", True),),
+                       persistent_blocker=None))
 
 
 def _hopper_mxfp4(n, k, tokens, n_expts, top_k, scales_n_contiguous=True, constraints=(), split_is_free=False):
     rows = tokens * top_k
-    return make_opt_flags(2, 1, rows, n, k, 1, n_expts, max(1, rows // n_expts), True, 132, "hopper",
+    return make_opt_flags(TileProblem(2, 1, rows, n, k, 1, n_expts, max(1, rows // n_expts), True, 132, "hopper",
                           constraints=constraints, mx_scales_n_contiguous=scales_n_contiguous,
-                          split_is_free=split_is_free)
+                          split_is_free=split_is_free))
 
 
 def test_hopper_mxfp4_tiles_with_n_contiguous_scales():
@@ -264,8 +264,8 @@ def test_hopper_mxfp4_tiles_with_n_contiguous_scales():
     assert split(_hopper_mxfp4(deepseek[0], deepseek[1], 1, *deepseek[2:])) == (pipelined, 2)  # 8 x 16 tiles
     assert split(_hopper_mxfp4(w1[0], w1[1], 1, *w1[2:])) == (pipelined, 1)  # 4 x 23 tiles, 23 K steps
     # where K cannot split (one gate per token, an activation after a scatter, y_acc_in), the tiles of before
-    unsplit = make_opt_flags(2, 1, 4, 2880, 2880, 1, 128, 1, False, 132, "hopper", mx_scales_n_contiguous=True,
-                             split_is_free=True)
+    unsplit = make_opt_flags(TileProblem(2, 1, 4, 2880, 2880, 1, 128, 1, False, 132, "hopper", mx_scales_n_contiguous=True,
+                             split_is_free=True))
     assert (tile(unsplit), unsplit.split_k) == (narrow, 1)  # 4 experts x 12 tiles < 132 / 2
     assert _hopper_mxfp4(deepseek[0], deepseek[1], 1, *deepseek[2:], constraints=(("split_k", 1),)).split_k == 1
     # K of under 16 steps of 128 keeps one split; so does a tile per SM or more
@@ -290,8 +290,8 @@ def test_a_constrained_tile_drops_the_heuristic_register_cap():
     assert flags({"block_k": 64}).maxnreg is None  # the cap was measured for the heuristic's tile only
     assert flags({"block_k": 64, "maxnreg": 128}).maxnreg == 128
     assert flags({"split_k": 1}).maxnreg == 120  # not a tile key
-    invariant = make_opt_flags(2, 1, 8192, 5760, 2880, 1, 128, 64, True, 132, "hopper", bitwise_invariant=True,
-                               mx_scales_n_contiguous=True)
+    invariant = make_opt_flags(TileProblem(2, 1, 8192, 5760, 2880, 1, 128, 64, True, 132, "hopper", bitwise_invariant=True,
+                               mx_scales_n_contiguous=True))
     assert (invariant.block_m, invariant.maxnreg) == (128, None)  # enforce_bitwise_invariance's 128-row tile
 
 
@@ -356,14 +356,14 @@ def test_fp8_x_with_mxfp4_weights_takes_64_deep_k_steps_of_at_most_64_rows():
     # mxfp4 w"): 128-deep steps with gpt-oss's K (a tail) and 128-row tiles spill; not yet measured on a GPU.
     def fp8_x(tokens, n, k, layout="hopper"):
         rows = tokens * 4
-        return make_opt_flags(1, 1, rows, n, k, 1, 128, max(1, rows // 128), True, 132, layout,
-                              mx_scales_n_contiguous=True)
+        return make_opt_flags(TileProblem(1, 1, rows, n, k, 1, 128, max(1, rows // 128), True, 132, layout,
+                              mx_scales_n_contiguous=True))
     for layout in ("hopper", "strided"):
         assert _tile(fp8_x(8192, 5760, 2880, layout))[:5] == (64, 256, 64, 8, 3)
         assert _tile(fp8_x(2048, 5760, 2880, layout))[:5] == (64, 256, 64, 8, 3)
         assert _tile(fp8_x(64, 2880, 2880, layout))[:5] == (16, 256, 64, 8, 3)
     assert _tile(fp8_x(8, 96, 256))[:5] == (16, 128, 64, 8, 3)  # N of one 128-column tile keeps it
     # mxfp8 x (upcast to bf16) keeps the hopper tiles of bf16 x
-    mxfp8_x = make_opt_flags(1, 1, 8192 * 4, 5760, 2880, 1, 128, 256, True, 132, "hopper", mx_scales_n_contiguous=True,
-                             x_mx=True)
+    mxfp8_x = make_opt_flags(TileProblem(1, 1, 8192 * 4, 5760, 2880, 1, 128, 256, True, 132, "hopper", mx_scales_n_contiguous=True,
+                             x_mx=True))
     assert _tile(mxfp8_x)[:5] == (128, 256, 128, 8, 4)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ogsgen.spec import KernelVariant
-from ogsgen.runtime.opt_flags import make_opt_flags
+from ogsgen.runtime.opt_flags import TileProblem, make_opt_flags
 from ogsgen.runtime.warmup import RoutingWarmup, WarmupCall, reachable_flags, warmup_calls
 from ogsgen.spec.catalog import default_catalog
 
@@ -55,11 +55,11 @@ def test_reachable_flags_include_what_real_calls_choose(name, shapes):
     w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
     for rows, n, k, n_expts, per_expert in shapes:
         # top-k calls: a scatter splits K through its k-row combine, unless an activation comes between
-        flags = make_opt_flags(variant.x.torch_dtype.itemsize, 1, rows, n, k, variant.reduction_n, n_expts,
+        flags = make_opt_flags(TileProblem(variant.x.torch_dtype.itemsize, 1, rows, n, k, variant.reduction_n, n_expts,
                                per_expert, not (variant.scatter and variant.activation), H200_SMS, w_mx_layout,
                                persistent_blocker=None if variant.has_persistent_kernel else "none",
                                mx_scales_n_contiguous=w_mx_layout is not None,  # prepare_expert_weights' scales
-                               x_gathered=variant.gather, split_is_free=variant.scatter)
+                               x_gathered=variant.gather, split_is_free=variant.scatter))
         assert replace(flags, split_k=min(flags.split_k, 2)) in reachable, (rows, n, k, flags)
 
 

@@ -325,7 +325,7 @@ def _simulate_hopper(monkeypatch, hazardous, record_stages=False):
 
     monkeypatch.setattr(launcher, "launch", fake_launch)
     monkeypatch.setattr(matmul, "_has_wgmma", lambda x: True)
-    monkeypatch.setattr(matmul, "_REPLACED", {})
+    monkeypatch.setattr(wgmma_hazards, "_REPLACED", {})
     return launches
 
 
@@ -357,7 +357,7 @@ def test_a_binary_with_the_hazard_is_replaced_by_the_waiting_one(monkeypatch, de
         call()  # the plan that call recorded, replayed: the checked binary, launched without checking it again
     said = [record.getMessage() for record in caplog.records if record.levelno == logging.INFO]
     assert len(said) == 1 and re.search("ptxas let the next K step .* wait for each wgmma", said[0]), said
-    assert matmul.hazard_replacements() == 1
+    assert wgmma_hazards.hazard_replacements() == 1
     tile = launches[0][1:3]
     assert launches == [(False, *tile, True), (True, *tile, True), (True, *tile, True), (True, *tile, False)]
 
@@ -370,7 +370,7 @@ def test_an_mx_activation_binary_with_the_hazard_runs_its_waiting_kernel(monkeyp
     x_values, x_scales = quantize_mx(torch.randn(8, 256, device=device), "e4m3")
     w = torch.randn(256, 128, device=device).bfloat16()
     ogsgen.matmul_ogs(x_values, w, None, precision_config=ogsgen.PrecisionConfig(act_scale=x_scales))
-    assert matmul.hazard_replacements() == 1
+    assert wgmma_hazards.hazard_replacements() == 1
     tile = launches[0][1:3]
     assert launches == [(False, *tile, True), (True, *tile, True)]
 
@@ -385,7 +385,7 @@ def test_a_replacement_holds_for_its_own_binary_only(monkeypatch, device):
     _mx_call(device, hopper=False, k=288)()
     assert [(wait_mma, checked) for wait_mma, *_, checked in launches] == [(False, True), (True, True),
                                                                           (False, True)]
-    assert len(matmul._REPLACED) == 1
+    assert len(wgmma_hazards._REPLACED) == 1
 
 
 def test_a_hazardous_hopper_tile_runs_its_clean_fallback_tile(monkeypatch, device):
@@ -397,7 +397,7 @@ def test_a_hazardous_hopper_tile_runs_its_clean_fallback_tile(monkeypatch, devic
         plans.clear()
         call()
     assert launches == [(False, 128, 4, True), (False, 128, 8, True), (False, 128, 8, True)]
-    (original, replacement), = matmul._REPLACED.items()
+    (original, replacement), = wgmma_hazards._REPLACED.items()
     assert (replacement.num_warps, replacement.wait_mma, replacement.fallback_tiles) == (8, False, ())
     assert original[0].fallback_tiles == ((128, 128, 8, 3, False),)
 
@@ -444,11 +444,11 @@ def test_a_waiting_kernel_with_the_hazard_is_an_error(monkeypatch, device):
 
 def test_hopper_mx_flags_wait_rather_than_fall_back_unless_fallback_tiles_are_asked_for():
     from dataclasses import asdict
-    from ogsgen.runtime.opt_flags import make_opt_flags
+    from ogsgen.runtime.opt_flags import TileProblem, make_opt_flags
 
     def flags(rows, constraints=()):  # gpt-oss w1 shape, hopper-layout mxfp4, 128 experts, H200
-        return make_opt_flags(2, 1, rows * 128, 5760, 2880, 1, 128, rows, True, 132, "hopper",
-                              constraints=constraints)
+        return make_opt_flags(TileProblem(2, 1, rows * 128, 5760, 2880, 1, 128, rows, True, 132, "hopper",
+                                          constraints=constraints))
     # Measured with the word layout: each heuristic tile's own waiting kernel beats the clean tiles tried.
     assert flags(8).fallback_tiles == flags(64).fallback_tiles == flags(256).fallback_tiles == ()
     assert (flags(256).block_m, flags(256).block_n) == (64, 256)  # 64-row tiles from 64 rows per expert up
@@ -458,8 +458,8 @@ def test_hopper_mx_flags_wait_rather_than_fall_back_unless_fallback_tiles_are_as
                                                             r"hopper-layout mxfp4 weights come in groups of 64"):
         flags(8, (("fallback_tiles", ((128, 32, 8, 3, False),)),))
     with pytest.raises(ogsgen.InapplicableConstraintError, match="fallback tile would change it; drop fallback_tiles"):
-        make_opt_flags(2, 1, 128 * 128, 5760, 2880, 1, 128, 128, True, 132, "hopper", bitwise_invariant=True,
-                       constraints=(("fallback_tiles", asked),))
+        make_opt_flags(TileProblem(2, 1, 128 * 128, 5760, 2880, 1, 128, 128, True, 132, "hopper",
+                                   bitwise_invariant=True, constraints=(("fallback_tiles", asked),)))
     # Warm-up reproduces a call's flags as constraints: all of them, so asked-for fallback tiles stay.
     with_fallback = flags(128, (("fallback_tiles", asked),))
     assert flags(128, tuple(sorted(asdict(with_fallback).items()))) == with_fallback
@@ -544,7 +544,7 @@ def test_warmup_reports_the_binaries_replaced_for_the_hazard(monkeypatch, device
              if isinstance(c, warmup.WarmupCall) and c.flags.split_k == 1]
     assert [warmup.warm(call, torch.device(device))[1:] for call in calls[:1] * 2] == [("", 1), ("", 0)]
     monkeypatch.setattr(warmup, "warmup", lambda spec, names, jobs, progress: warmup.WarmupReport(
-        done=4, seconds=2.0, hazard_replaced=matmul.hazard_replacements()))
+        done=4, seconds=2.0, hazard_replaced=wgmma_hazards.hazard_replacements()))
     assert main(["warmup", "--only", "ogs_matmul_xbf16_wmxfp4_ybf16"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         "ogsgen warmup: 1 binary had ptxas's wgmma register hazard; their calls run a clean tile or wait for each "

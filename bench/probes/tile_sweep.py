@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_moe  # noqa: E402  (the benchmark's case builders)
 
 import ogsgen  # noqa: E402
-from ogsgen.runtime import launcher, matmul  # noqa: E402
+from ogsgen.runtime import launcher, wgmma_hazards  # noqa: E402
 from ogsgen.runtime.opt_flags import TILE_KEYS  # noqa: E402
 
 TILES = [  # block_m, block_n, block_k, num_warps, num_stages
@@ -127,7 +127,7 @@ def main():
                     def run(constraints=tile):
                         with ogsgen.opt_flags_constraints(**constraints):
                             return fn()
-                matmul.forget_hazard_replacements()
+                wgmma_hazards.forget_hazard_replacements()
                 diff = (run().float() - reference).abs().max() / reference.abs().max()
                 row["replaced_by"] = bench_moe.hazard_replacements()
                 row["regs"] = matmul_registers(run)

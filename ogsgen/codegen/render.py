@@ -80,7 +80,9 @@ def helpers_used(variant: KernelVariant) -> dict:
                        unfold_mxfp4_scales=jit.unfold_mxfp4_scales, dot_mxfp4_blocks=jit.dot_mxfp4_blocks)
     elif variant.w.layout == "hopper":
         helpers["upcast_mxfp4_hopper_words"] = jit.upcast_mxfp4_hopper_words
-    if (variant.w.layout != "hopper" and variant.w.scales_apply == "operand" and not variant.folds_mx_scales) \
+    if variant.w.scale_element == "e4m3":
+        helpers["upcast_nvfp4_rows"] = jit.upcast_nvfp4_rows
+    if (variant.w.layout != "hopper" and variant.w.scale_element == "e8m0" and not variant.folds_mx_scales) \
             or variant.x.scales_apply == "operand":
         helpers["upcast_mx_rows"] = jit.upcast_mx_rows
     if variant.upcasts_in_registers:

@@ -8,7 +8,8 @@ formats stored K-contiguous (Hopper reads fp8 and MX weights along K).
 
 fp8 checkpoints with float32 block scales (``"fp8e4m3_b128"``: DeepSeek-V3/R1, Qwen3-FP8; ``"fp8e4m3_channel"``:
 llm-compressor's FP8-Dynamic) are taken as they are, or quantized from bf16/fp32 in the checkpoint's own blocks of
-the (out, in) matrix; docs/formats.md says how their scales are laid out.
+the (out, in) matrix; docs/formats.md says how their scales are laid out. NVFP4 (``"nvfp4"``: ModelOpt's FP4
+checkpoints) enters as ``(weight, weight_scale)`` with ``global_scale=weight_scale_2``, or quantized from floats.
 """
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ from ..numerics.fp8_blocks import FP8_BLOCK, dequantize_fp8_torch, quantize_fp8_
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
 from ..numerics.mx import MX_BLOCK, ROUNDINGS, dequantize_mx_torch
+from ..numerics.nvfp4 import NVFP4_BLOCK, _check_global_scale, dequantize_nvfp4, quantize_nvfp4
 from ..spec.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, MXFP4, MXFP8_E4M3, MXFP8_E5M2, format_named
 from ..types import FlexCtx, InFlexData, PrecisionConfig
 
 FORMATS = ("bf16", "fp16", "fp32", "fp8e4m3", "fp8e5m2", "mxfp4", "mxfp8e4m3", "mxfp8e5m2", "fp8e4m3_b128",
-           "fp8e4m3_channel")
+           "fp8e4m3_channel", "nvfp4")
 # format names (NumericFormat.name) -> what preparing them needs
 _PLAIN = {f.name: f.torch_dtype for f in (BF16, FP16, FP32)}
 _FP8 = {f.name: f.torch_dtype for f in (FP8_E4M3, FP8_E5M2)}
@@ -52,13 +54,13 @@ def _deinterleave(t: torch.Tensor, dim: int) -> torch.Tensor:
 @dataclass
 class PreparedWeights:
     """Expert weights ready for ``matmul_ogs``: pass ``w`` and ``bias``, and ``precision_config()``."""
-    w: torch.Tensor | SwizzledMxValues    # (E, K, N); mxfp4: uint8 (E, K // 2, N), or swizzled
+    w: torch.Tensor | SwizzledMxValues    # (E, K, N); mxfp4, nvfp4: uint8 (E, K // 2, N) (mxfp4: or swizzled)
     bias: torch.Tensor | None            # float32 (E, N), columns ordered as w's
     format: str
     weight_scale: torch.Tensor | None = None   # MX: uint8 (E, cdiv(K, 32), N); fp8e4m3_b128: float32
     # (E, cdiv(K, 128), cdiv(N, 128)), or (E, cdiv(K, 128), N) when gate/up were interleaved; fp8e4m3_channel:
-    # float32 (E, 1, N)
-    scale: torch.Tensor | None = None          # fp8: float32 (E,), one per expert
+    # float32 (E, 1, N); nvfp4: float8_e4m3fn (E, K // 16, N)
+    scale: torch.Tensor | None = None          # fp8, nvfp4 (its global scale): float32 (E,) or one for all
     gate_up: str | None = None
     layout: str = "out_in"
 
@@ -72,7 +74,9 @@ class PreparedWeights:
     def dequantize(self, checkpoint_order: bool = False) -> torch.Tensor:
         """The float32 weights the kernel computes with: (E, K, N), or in the checkpoint's layout and
         gate/up order when ``checkpoint_order``."""
-        if self.format in _MX:
+        if self.format == "nvfp4":
+            dense = dequantize_nvfp4(self.w.mT, self.weight_scale.mT, self.scale).mT
+        elif self.format in _MX:
             values = unswizzle_mx_values(self.w) if isinstance(self.w, SwizzledMxValues) else self.w
             dense = dequantize_mx_torch(values.mT, self.weight_scale.mT, _MX[self.format]).mT
         elif self.format in _FP8_BLOCKS:
@@ -93,21 +97,26 @@ class PreparedWeights:
 
 def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up: str | None = None,
                            format: str = "bf16", rounding: str = "up", value_layout: str = "auto",
-                           weight_scale: torch.Tensor | None = None, pow2_scales: bool = False) -> PreparedWeights:
+                           weight_scale: torch.Tensor | None = None, pow2_scales: bool = False,
+                           global_scale: torch.Tensor | None = None) -> PreparedWeights:
     """Transpose, interleave gate/up, quantize and lay out expert weights for ``matmul_ogs``.
 
     weight: a float tensor (E, out, in) for ``layout="out_in"`` or (E, in, out) for ``"in_out"``; or an
         already MX-quantized checkpoint ``(values, scales)`` in ``"out_in"`` layout, quantized along
         ``in`` (gpt-oss: uint8 blocks (E, out, in // 2) or (E, out, in // 32, 16), scales (E, out, in // 32)),
-        with ``format="mxfp4"``; or an e4m3 checkpoint (torch.float8_e4m3fn) with its ``weight_scale``, for the
-        formats fp8e4m3_b128 and fp8e4m3_channel.
+        with ``format="mxfp4"``; or an NVFP4 checkpoint ``(weight, weight_scale)`` (ModelOpt: uint8
+        (E, out, in // 2), float8_e4m3fn (E, out, in // 16)) with ``format="nvfp4"`` and ``global_scale``; or an
+        e4m3 checkpoint (torch.float8_e4m3fn) with its ``weight_scale``, for the formats fp8e4m3_b128 and
+        fp8e4m3_channel.
     bias: None or (E, out).
     gate_up: None (no SwiGLU), ``"concatenated"`` ([gate; up] along out, interleaved here) or
         ``"interleaved"`` (already gate, up, gate, up, ...).
     format: one of FORMATS; fp8 gets one flexpoint scale per expert (absmax / max finite), MX one
         e8m0 scale per 32 values of K (``rounding`` as in ``ogsgen.numerics.quantize_mx``); fp8e4m3_b128 one
         float32 scale per 128 x 128 block of (out, in) (``pow2_scales``: powers of two, as UE8M0 checkpoints),
-        fp8e4m3_channel one per output column (``ogsgen.numerics.quantize_fp8_torch``).
+        fp8e4m3_channel one per output column (``ogsgen.numerics.quantize_fp8_torch``); nvfp4 an e4m3 scale per 16
+        values of K and a float32 global scale per expert (``ogsgen.numerics.nvfp4.quantize_nvfp4``, in a multiple
+        of 32).
     value_layout: how mxfp4 values are stored: ``"strided"``, ``"hopper"`` (swizzled for the in-register
         upcast, ``ogsgen.swizzle_mx_values``) or ``"auto"``: hopper when the weights are on a Hopper GPU.
     weight_scale: the float32 scales of an e4m3 checkpoint, taken as they are: fp8e4m3_b128 (E, cdiv(out, 128),
@@ -115,6 +124,9 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         "in_out"; fp8e4m3_channel (E, out), or (E, out, 1) for "out_in" and (E, 1, out) for "in_out". An "out_in"
         checkpoint without gate_up="concatenated" is not copied: ``w`` and ``weight_scale`` are views of it.
     pow2_scales: fp8e4m3_b128 from bf16/fp32 weights: scales rounded up to powers of two.
+    global_scale: nvfp4: float32, a scalar or one per expert (E,): an NVFP4 checkpoint's ``weight_scale_2``
+        (required with one); with float weights, the global scale to quantize with instead of amax / 2688 per
+        expert. The weight means e2m1(code) * weight_scale * global_scale; ``precision_config()`` carries it.
     """
     if layout not in ("out_in", "in_out"):
         raise SpecError(f"layout must be 'out_in' (E, out, in) or 'in_out' (E, in, out), got {layout!r}")
@@ -132,13 +144,18 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         raise SpecTypeError(f"pow2_scales must be a bool, got {pow2_scales!r}")
     if pow2_scales and format != "fp8e4m3_b128":
         raise SpecError(f"pow2_scales applies to format='fp8e4m3_b128', not {format!r}; leave it False")
+    if global_scale is not None and format != "nvfp4":
+        raise SpecError(f"global_scale applies to format='nvfp4' (a checkpoint's weight_scale_2), not {format!r}; "
+                        f"drop it")
     e4m3_checkpoint = isinstance(weight, torch.Tensor) and weight.dtype == torch.float8_e4m3fn
-    if weight_scale is not None or (e4m3_checkpoint and format in _FP8_BLOCKS):
+    if format == "nvfp4" and isinstance(weight, tuple):
+        prepared = _prepare_nvfp4_checkpoint(weight, global_scale, bias, layout, gate_up)
+    elif weight_scale is not None or (e4m3_checkpoint and format in _FP8_BLOCKS):
         prepared = _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format, pow2_scales)
     elif isinstance(weight, tuple):
         prepared = _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format)
     else:
-        prepared = _prepare_dense(weight, bias, layout, gate_up, format, rounding, pow2_scales)
+        prepared = _prepare_dense(weight, bias, layout, gate_up, format, rounding, pow2_scales, global_scale)
     if format == "mxfp4" and _wants_hopper_layout(value_layout, prepared.w.device):
         prepared.w = swizzle_mx_values(prepared.w)
     return prepared
@@ -169,7 +186,7 @@ def _kernel_bias(bias, gate_up):
     return (_interleave(bias, -1) if gate_up == "concatenated" else bias).float().contiguous()
 
 
-def _prepare_dense(weight, bias, layout, gate_up, format, rounding, pow2_scales) -> PreparedWeights:
+def _prepare_dense(weight, bias, layout, gate_up, format, rounding, pow2_scales, global_scale) -> PreparedWeights:
     if not isinstance(weight, torch.Tensor) or weight.ndim != 3 or not weight.dtype.is_floating_point:
         raise SpecError("weight must be a float tensor (E, out, in) or (E, in, out), or a (values, scales) tuple")
     w = weight.mT if layout == "out_in" else weight          # (E, K, N)
@@ -198,6 +215,11 @@ def _prepare_dense(weight, bias, layout, gate_up, format, rounding, pow2_scales)
         scale = (absmax / largest).clamp_min(torch.finfo(torch.float32).tiny)
         values = (k_major / scale[:, None, None]).to(_FP8[format])
         return PreparedWeights(values.mT, bias, format, scale=scale, gate_up=gate_up, layout=layout)
+    if format == "nvfp4":
+        codes, scales, global_scale = quantize_nvfp4(k_major, global_scale, per_expert=global_scale is None)
+        return PreparedWeights(codes.mT, bias, format, weight_scale=scales.mT.contiguous(),
+                               scale=global_scale.reshape(-1),
+                               gate_up=gate_up, layout=layout)
     values, scales = quantize_mx(k_major, _MX[format], axis=-1, rounding=rounding)
     return PreparedWeights(values.mT, bias, format, weight_scale=scales.mT.contiguous(), gate_up=gate_up,
                            layout=layout)
@@ -235,6 +257,37 @@ def _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format) -> Prep
         values, scales = _interleave(values, 1), _interleave(scales, 1)
     return PreparedWeights(values.contiguous().mT, _kernel_bias(bias, gate_up), format,
                            weight_scale=scales.mT.contiguous(), gate_up=gate_up, layout=layout)
+
+
+def _prepare_nvfp4_checkpoint(weight, global_scale, bias, layout, gate_up) -> PreparedWeights:
+    """A ModelOpt NVFP4 checkpoint as it is stored: (weight, weight_scale) and weight_scale_2 as global_scale."""
+    if layout != "out_in":
+        raise SpecError(f"an NVFP4 checkpoint is (E, out, in // 2) bytes: pass layout='out_in', got {layout!r}")
+    if len(weight) != 2:
+        raise SpecError(f"an NVFP4 checkpoint weight must be a (weight, weight_scale) tuple of 2 tensors, got a tuple "
+                        f"of {len(weight)}")
+    values, scales = weight
+    for name, t, dtype, kind in (("weight", values, torch.uint8, "two e2m1 codes per byte along in"),
+                                 ("weight_scale", scales, torch.float8_e4m3fn, f"one scale per {NVFP4_BLOCK} of in")):
+        if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.ndim != 3:
+            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise SpecError(f"checkpoint {name} must be a {dtype} tensor (E, out, ...) ({kind}) for format='nvfp4', "
+                            f"got {got}")
+    k = 2 * values.shape[-1]
+    if tuple(scales.shape) != (*values.shape[:2], k // NVFP4_BLOCK) or k % NVFP4_BLOCK:
+        raise SpecError(f"checkpoint weight_scale must be (E, out, in // {NVFP4_BLOCK}) = "
+                        f"{(*values.shape[:2], k // NVFP4_BLOCK)} for weight {tuple(values.shape)} (in={k}), got "
+                        f"{tuple(scales.shape)}")
+    if global_scale is None:
+        raise SpecError("an NVFP4 checkpoint needs its float32 global scale: pass global_scale=weight_scale_2 (a "
+                        "scalar, or one per expert)")
+    _check_global_scale(global_scale, (values.shape[0],))  # (its dtype, shape and finiteness, named global_scale)
+    _check_outputs(bias, values.shape[0], values.shape[1], gate_up)
+    if gate_up == "concatenated":
+        values, scales = _interleave(values, 1), _interleave(scales, 1)
+    return PreparedWeights(values.contiguous().mT, _kernel_bias(bias, gate_up), "nvfp4",
+                           weight_scale=scales.mT.contiguous(), scale=global_scale.reshape(-1).contiguous(),
+                           gate_up=gate_up, layout=layout)
 
 
 def _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format, pow2_scales) -> PreparedWeights:

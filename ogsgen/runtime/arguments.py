@@ -11,6 +11,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..devices import target
 from ..spec import kernel_abi
+from ..spec.operands import ScaledOperand
 from ..spec.variant import KernelVariant
 from ..types import Epilogue, FusedActivation, FusedComm, InnerRoutingData, PrecisionConfig, RoutingData
 from . import loader, memory
@@ -25,12 +26,11 @@ def cdiv(a: int, b: int) -> int:
 @dataclass
 class Call:
     """What every kernel of one call shares."""
-    x: torch.Tensor
-    w: torch.Tensor
+    x_op: ScaledOperand  # x's values with their format and scales
+    w_op: ScaledOperand  # w's (values as the kernel reads them: packed or swizzled)
     batch: int          # batch entries (1 unless batched)
     m: int              # rows of the matmul: x rows, or sorted rows in MoE mode
     n: int
-    k: int
     routing: RoutingData | None
     gather_indx: object
     scatter_indx: object
@@ -39,6 +39,18 @@ class Call:
     pc: PrecisionConfig
     inner: InnerRoutingData | None = None  # ragged K: routing is then its base, with metadata
     comm: FusedComm | None = None
+
+    @property
+    def x(self) -> torch.Tensor:
+        return self.x_op.values
+
+    @property
+    def w(self) -> torch.Tensor:
+        return self.w_op.values
+
+    @property
+    def k(self) -> int:
+        return self.w_op.k
 
 
 class MatmulInputs:
@@ -52,6 +64,12 @@ class MatmulInputs:
         self.preact = preact  # the rows before the activation (variant.preact)
         self.out_alpha, self.split_k = out_alpha, split_k
 
+    def with_flags(self, flags: OptFlags) -> "MatmulInputs":
+        """The same launch with other flags (the tile that replaces a binary with the wgmma register hazard)."""
+        return MatmulInputs(self.variant, self.call, flags, self.out, bias=self.bias, betas=self.betas,
+                            gammas=self.gammas, y_acc_in=self.y_acc_in, out_alpha=self.out_alpha,
+                            split_k=self.split_k, preact=self.preact)
+
     @property
     def epilogue_values(self) -> tuple:
         return self.call.epi.fn_arg_values_matmul
@@ -61,7 +79,7 @@ class MatmulInputs:
         call = self.call
         return memory.needs_64bit_offsets(
             (call.x, (-1,)), (call.w, (-2, -1)), (self.out, (0, -1) if self.split_k > 1 else (-1,)),
-            (self.y_acc_in, (-1,)), (call.pc.weight_scale, (-2, -1)), (call.pc.act_scale, (-1,)),
+            (self.y_acc_in, (-1,)), (call.w_op.block_scales, (-2, -1)), (call.x_op.block_scales, (-1,)),
             (call.pc.out_scale, (-1,)), (self.preact, (-1,)))
 
     @cached_property

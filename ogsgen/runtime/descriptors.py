@@ -1,5 +1,5 @@
-"""TMA descriptors of the persistent kernels' operands: ragged row descriptors, and the L2 promotion of a
-K-contiguous w's (at the end).
+"""TMA descriptors of the persistent kernels' operands: ragged row descriptors, the L2 promotion of a
+K-contiguous w's, and whether a call's persistent kernel and its descriptors can run at all (at the end).
 
 A ragged descriptor describes a 2-D tensor of rows that the kernel reads and writes in slices (an expert's rows)
 whose ends it names per access, so that TMA clips each access at its slice's end: rows past it load as zeros
@@ -19,8 +19,10 @@ import ctypes
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ..devices import target
 from ..errors import SpecError
 from ..spec.kernel_abi import RAGGED_ROWS_BOUND
+from ..spec.variant import KernelVariant
 
 _LEADING_BOUND = 0x7FFF0000  # any bound above RAGGED_ROWS_BOUND + the rows of any tensor
 
@@ -122,3 +124,44 @@ def apply_l2_promotion(encoding: list, descriptor: TensorDescriptor, meta: dict)
     shape, strides = encoding[1:1 + rank], encoding[1 + rank:1 + 2 * rank]
     return _encoder.promote(encoding[0], descriptor.base.data_ptr(), TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
                             meta, shape, strides, descriptor.padding == "nan", promotion)
+
+
+_NO_PERSISTENT_KERNEL = ("this call's kernel variant has no persistent kernel: that needs plain bf16 or fp16 x and w "
+                         "of one format")
+
+
+def persistent_blocker(variant: KernelVariant, x: torch.Tensor) -> str | None:
+    """None when the variant's persistent TMA kernel can run on x's device, else why it cannot. (Whether x and w
+    suit TMA is checked only for calls that pick the kernel: ``tma_blocker``.)"""
+    if not variant.has_persistent_kernel:
+        return _NO_PERSISTENT_KERNEL
+    if x.is_cuda and not target(x.device).tma:
+        return "the persistent kernel loads tiles by TMA, which needs a GPU of compute capability 9.0 or later"
+    return None
+
+
+def tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool, y: torch.Tensor | None) -> str | None:
+    """None when TMA descriptors can describe x, w and y, else what to change. (``x_gathered``: the kernel reads
+    x's rows by pointers, no descriptor. ``y``: the output the kernel stores by TMA, None where it stores by
+    pointers.)"""
+    if x_gathered:
+        x = None
+    if y is not None and y.shape[-1] * y.element_size() % 16:
+        return (f"TMA needs rows of a multiple of 16 bytes: the output's rows ({y.shape[-1]} columns of "
+                f"{y.element_size()} bytes) are not; N // reduction_n must be a multiple of {16 // y.element_size()}")
+    # a K-major w (last stride not 1) is read through a descriptor of w.mT
+    for name, tensor in (("x", x), ("w", w if w.stride(-1) == 1 else w.mT), ("y", y)):
+        if tensor is None:
+            continue
+        if tensor.numel() == 0:
+            return f"{name} is empty (shape {tuple(tensor.shape)}): a TMA descriptor needs every dimension >= 1"
+        if tensor.is_contiguous() and not (tensor.shape[-1] * tensor.element_size() % 16 or tensor.data_ptr() % 16):
+            continue  # the common case, checked cheaply: every stride is a multiple of the row's 16-byte size
+        strides = tensor.stride()
+        if strides[-1] != 1 or tensor.data_ptr() % 16 or any(stride * tensor.element_size() % 16
+                                                             for stride in strides[:-1]):
+            along = "N or K" if name == "w" else "its last dimension"
+            return (f"TMA needs {name} 16-byte aligned, contiguous along {along} and with its other "
+                    f"strides multiples of 16 bytes (got strides {tuple(strides)}); pass {name}.contiguous() "
+                    f"(and K, N multiples of 8)")
+    return None

@@ -19,13 +19,14 @@ from ..moe import checks as routing_checks
 from ..moe.metadata import BLOCK_SIZES, make_ragged_tensor_metadata
 from ..numerics import interpreter
 from ..spec.formats import plain_format_of
+from ..spec.operands import ScaledOperand
 from ..spec.variant import KernelVariant
 from ..types import InnerRoutingData, RoutingData
 from . import plans
 from .arguments import Call, MatmulInputs, matmul_launch
-from .opt_flags import TILE_KEYS, current_constraints, make_opt_flags
-from .memory import check_outputs_disjoint
-from .validation import check_devices, check_distinct_elements, check_tensor, check_vector
+from .opt_flags import TILE_KEYS, TileProblem, current_constraints, make_opt_flags
+from .memory import check_distinct_elements, check_outputs_disjoint
+from .validation import check_devices, check_tensor, check_vector
 
 _INNER_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 WIDE_TILE_MIN = 1024  # 16-bit ragged-K products at least this many rows and columns take 128x256 tiles
@@ -93,8 +94,9 @@ def inner_matmul(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
         base = RoutingData(base.gate_scal, base.expt_hist, n_expts, base.n_expts_act,
                            make_ragged_tensor_metadata(base.expt_hist, bound), base.expected_tokens_per_expt)
     variant = _inner_variant(x_fmt, y_fmt, gather_indx is not None, y_acc_in is not None)
-    call = Call(x, w, n_expts, m, n, max(1, min(x_len, w_len) // max(1, n_expts)), base, gather_indx, None, act, epi,
-                pc, inner=inner)
+    k = max(1, min(x_len, w_len) // max(1, n_expts))  # (a K per expert: the segments' are ragged)
+    call = Call(ScaledOperand(x, x_fmt, k), ScaledOperand(w, x_fmt, k), n_expts, m, n, base, gather_indx, None, act,
+                epi, pc, inner=inner)
     if not x.is_cuda:
         interpreter.prepare((x_fmt.element, x_fmt.element, y_fmt.element))
     flags = _inner_flags(call, x, inner.block_k, pc.enforce_bitwise_invariance)
@@ -160,8 +162,9 @@ def inner_flags(itemsize: int, n_expts: int, m: int, n: int, k_per_expert: int, 
     if constraints.get("block_k", block_k) != block_k:
         raise InapplicableConstraintError(f"opt_flags_constraints block_k={constraints['block_k']}: a ragged-K call "
                                           f"takes block_k={block_k}, its inner_routing_data.block_k")
-    flags = make_opt_flags(itemsize, n_expts, m, n, k_per_expert, 1, None, 0, False, n_sms,
-                           bitwise_invariant=bitwise_invariant, constraints=tuple(sorted(constraints.items())))
+    flags = make_opt_flags(TileProblem(itemsize, n_expts, m, n, k_per_expert, can_split=False, n_sms=n_sms,
+                                       bitwise_invariant=bitwise_invariant,
+                                       constraints=tuple(sorted(constraints.items()))))
     wide = itemsize == 2 and min(m, n) >= WIDE_TILE_MIN
     wide_persistent = wide and block_k >= 64
     if wide and not any(key in constraints for key in TILE_KEYS):

@@ -7,30 +7,26 @@ import dataclasses
 from functools import lru_cache
 
 import torch
-from triton.runtime.errors import OutOfResources
 
 from ..devices import target
-from ..errors import (PerformanceWarning, SpecError, SpecTypeError, UnsupportedError, VariantNotBuiltError,
-                      warn_at_caller)
+from ..errors import PerformanceWarning, SpecError, UnsupportedError, VariantNotBuiltError, warn_at_caller
 from ..moe import checks as routing_checks
 from ..moe.metadata import make_ragged_tensor_metadata
 from ..numerics import interpreter
 from ..numerics.fp8_blocks import row_quantization, scales_shape
-from ..numerics.layouts import SwizzledMxValues
-from ..numerics.mx import MX_BLOCK
 from ..spec.formats import FP8_BLOCK
-from ..spec.variant import KernelVariant, canonical_name, split_k_plan, topk_plan, topk_split_k_plan
+from ..spec.operands import ScaledOperand
+from ..spec.variant import KernelVariant, split_k_plan, topk_plan, topk_split_k_plan
 from ..types import Epilogue, FusedActivation, PrecisionConfig, RoutingData
-from . import launcher, loader, memory, plans, wgmma_hazards
-from .arguments import Call, MatmulInputs, ReduceInputs, cdiv, matmul_launch, reduce_launch
+from . import memory, plans, wgmma_hazards
+from .arguments import Call, MatmulInputs, ReduceInputs, matmul_launch, reduce_launch
 from .inner import inner_matmul
-from .opt_flags import current_constraints, make_opt_flags
-from .validation import (check_argument_types, check_devices, check_distinct_elements, check_fused_comm, check_routing,
-                         check_scales, check_tensor, check_vector, named_tensors, operand_formats, persistent_blocker,
-                         reinterpret, reject_unsupported, resolve_lazy_views, tma_blocker, written_tensors)
-
-_MAX_GRID_Y = 65535
-
+from .opt_flags import TileProblem, current_constraints, format_facts, make_opt_flags
+from .operands import describe_operands
+from .descriptors import persistent_blocker, tma_blocker
+from .memory import resolve_lazy_views
+from .signature import SAME_ALLOWED, WRITTEN, call_signature
+from .validation import check_argument_types, check_call_shapes, reject_unsupported, written_tensors
 
 @lru_cache(maxsize=1024)
 def _variant(x_fmt, w_fmt, y_fmt, ragged, gather, scatter, bias, betas, gammas, y_acc_in, activation,
@@ -40,93 +36,18 @@ def _variant(x_fmt, w_fmt, y_fmt, ragged, gather, scatter, bias, betas, gammas, 
                          fused_comm=fused_comm, preact=preact)
 
 
-def _check_preact(preact, act, scatter_indx, fused_comm, y_fmt, shape, dtype) -> None:
-    if act.specs.is_default or scatter_indx is not None or fused_comm is not None or y_fmt.scaling != "none":
-        raise SpecError("preact keeps a matmul's rows before its activation: it needs a fused_activation and a plain "
-                        "output, without scatter_indx or fused_comm")
-    check_tensor(preact, "preact", ndims=(len(shape),), dtype=dtype)
-    if tuple(preact.shape) != shape:
-        raise SpecError(f"preact must have the matmul's shape before the activation, {shape}, got "
-                        f"{tuple(preact.shape)}")
-
-
 def _launch_matmul(variant: KernelVariant, call: Call, flags, out: torch.Tensor, **operands):
     """One matmul kernel writing ``out``: (M, N) / (B, M, N) rows, or (S, B, M, N) fp32 partials.
 
-    ``operands``: bias, betas, gammas, y_acc_in, out_alpha and optionally split_k. MX-weight binaries on Hopper
-    are checked for ptxas's wgmma register hazard before their first launch; one that has it is replaced for
-    good (that binary: the same flags may compile clean binaries for other calls) by :func:`_launch_hazard_free`.
-    """
-    kernel, grid, args, options = matmul_launch(MatmulInputs(variant, call, flags, out, **operands))
-    if not (variant.upcasts_in_registers and _has_wgmma(call.x)):
-        plans.launch(kernel, grid, args, compiling=_compiling(flags), **options)
+    ``operands``: bias, betas, gammas, y_acc_in, out_alpha and optionally split_k. Kernels that upcast in
+    registers on Hopper go through ``wgmma_hazards.launch_checked``, which replaces a binary with ptxas's wgmma
+    register hazard."""
+    inputs = MatmulInputs(variant, call, flags, out, **operands)
+    if variant.upcasts_in_registers and _has_wgmma(call.x):
+        wgmma_hazards.launch_checked(inputs)
         return
-    binary = launcher.binary_key(kernel, args, options)
-    if (replacement := _REPLACED.get((flags, binary))) is not None:
-        flags = replacement
-        kernel, grid, args, options = matmul_launch(MatmulInputs(variant, call, flags, out, **operands))
-    try:
-        plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(flags),
-                     **options)
-    except wgmma_hazards.RegisterOperandHazard as hazard:
-        if flags.wait_mma:
-            raise wgmma_hazards.RegisterOperandHazard(
-                f"{hazard}: the waiting kernel has it too, so no binary of {canonical_name(variant)} with launch "
-                f"parameters {flags} is safe; try other opt_flags_constraints or another Triton release") from hazard
-        _launch_hazard_free(variant, call, flags, binary, out, hazard, **operands)
-
-
-def _compiling(flags):
-    """What launches of these flags compile under: a waiting kernel's binary exists only as compiled by
-    ``wgmma_hazards.waiting_for_each_wgmma_compiles``."""
-    return wgmma_hazards.waiting_for_each_wgmma_compiles if flags.wait_mma else None
-
-
-def _launch_hazard_free(variant: KernelVariant, call: Call, flags, binary: tuple, out: torch.Tensor, hazard,
-                        **operands):
-    """Run a call whose MX binary (``binary``: its ``launcher.binary_key``) has the wgmma register hazard on the
-    first of the flags' fallback tiles whose binary is clean and fits, else on the same tile waiting for each
-    wgmma (checked as well). The choice is remembered for (flags, binary), logged, and warned about once per
-    process."""
-    replacement = None
-    for tile in flags.fallback_tiles:
-        candidate = flags.fallback(tile)
-        kernel, grid, args, options = matmul_launch(MatmulInputs(variant, call, candidate, out, **operands))
-        try:
-            plans.launch(kernel, grid, args, verify=wgmma_hazards.check_compiled, compiling=_compiling(candidate),
-                         **options)
-            replacement = candidate
-            break
-        except (wgmma_hazards.RegisterOperandHazard, OutOfResources) as exc:
-            loader.log.info("fallback tile %s of %s not used: %s", tile, flags, exc)
-    if replacement is None:
-        replacement = flags.waiting()
-        _launch_matmul(variant, call, replacement, out, **operands)
-    _REPLACED[(flags, binary)] = replacement
-    loader.log.debug("%s; launch parameters %s now run as %s", hazard, flags, replacement)
-    # Logged, not warned: ogsgen has already chosen a safe binary, and there is nothing for the caller to do.
-    if len(_REPLACED) == 1:
-        loader.log.info("ptxas let the next K step overwrite registers a wgmma still reads (triton-lang/triton#9433) "
-                        "in %s; MX-weight kernels where this happens run a tile whose binary is clean or wait for each "
-                        "wgmma instead (correct, sometimes slower; each case is logged at debug level). Triton 3.9 "
-                        "compiles them without the hazard.", hazard)
-
-
-# (opt flags, launcher.binary_key) of MX binaries with the wgmma register hazard -> the flags their calls run
-# instead. Per binary: a specialization's hazard says nothing of another's (scales recorded <= 2 or not, K with a
-# tail or not), and a fresh process checks each binary it compiles.
-_REPLACED: dict = {}
-
-
-def hazard_replacements() -> int:
-    """How many binaries this process replaced for the wgmma hazard (``ogsgen warmup`` reports them)."""
-    return len(_REPLACED)
-
-
-def forget_hazard_replacements() -> None:
-    """Forget which binaries this process replaced for the wgmma hazard, so that the next call of each checks
-    (and compiles) its own binary again, as a fresh process would (probes report what each row replaced)."""
-    _REPLACED.clear()
+    kernel, grid, args, options = matmul_launch(inputs)
+    plans.launch(kernel, grid, args, compiling=wgmma_hazards.compiling(flags), **options)
 
 
 def _has_wgmma(x: torch.Tensor) -> bool:
@@ -175,8 +96,8 @@ def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, p
     tensors = signature = None
     if fused_comm is None and inner_routing_data is None and not routing_checks.DEBUG:
         try:
-            tensors, signature = _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
-                                                 gammas, out_alpha, y, act, epi, y_acc_in, preact)
+            tensors, signature = call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
+                                                gammas, out_alpha, y, act, epi, y_acc_in, preact)
             plan = plans.lookup(signature, tensors)
         except (AttributeError, TypeError):  # a malformed argument (the checked path says which) or unhashable
             tensors = plan = None
@@ -190,8 +111,8 @@ def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, p
                                     out_alpha, y, fused_comm, act, epi, y_acc_in, inner_routing_data, preact)
     if tensors is not None:
         # (a guard where the caller passed a tensor the kernels write: y, the output scales, preact)
-        guard = memory.DisjointGuard(tensors, _WRITTEN, _SAME_ALLOWED) \
-            if any(tensors[i] is not None for i in _WRITTEN) else None
+        guard = memory.DisjointGuard(tensors, WRITTEN, SAME_ALLOWED) \
+            if any(tensors[i] is not None for i in WRITTEN) else None
         if (plan := plans.build(rec, tensors, y_out, guard)) is not None:
             plans.store(signature, plan)
     return y_out
@@ -217,12 +138,6 @@ def _check_routing_on_host(x, routing_data, gather_indx, scatter_indx):
     routing_checks.check_routing_data(routing_data, n_rows, gather_indx, scatter_indx)
 
 
-# Positions in _call_signature's tensor list of the tensors the kernels write (y, precision_config.out_scale,
-# precision_config.flex_ctx.out_data.actual_scale, preact), and of y_acc_in, which may be y itself.
-_WRITTEN = (5, 8, 13, 15)
-_SAME_ALLOWED = ((5, 6),)
-
-
 # MoE calls of this many rows and more (prefill) ran 3-7% slower with K-contiguous W than with N-contiguous W in the
 # bench; 0-2% (up to 5% against its fastest run) since ogsgen encodes the weight's TMA descriptor with a 256-byte L2
 # promotion on Triton 3.6 (docs/performance.md, "Weight layouts"); decode rows ran as fast.
@@ -242,44 +157,6 @@ def _warn_k_contiguous_once(w):
                    f"of the (E, K, N) view. (Warned once per process.)", PerformanceWarning)
 
 
-def _call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
-                    epi, y_acc_in, preact) -> tuple[list, tuple]:
-    """(the call's tensors in a fixed order, its signature): everything the checked path reads. Non-tensor
-    entries of the list (None, function argument values) enter the signature by type and value."""
-    swizzled = w.__class__ is SwizzledMxValues
-    flex = pc.flex_ctx
-    lhs, rhs, out = flex.lhs_data, flex.rhs_data, flex.out_data
-    tensors = [x, w.data if swizzled else w, bias, betas, gammas, y, y_acc_in, pc.weight_scale, pc.out_scale,
-               pc.act_scale, lhs.scale, rhs.scale, out.expected_scale, out.actual_scale, flex.acc_data.scale, preact]
-    scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.acc_scale, pc.max_num_imprecise_acc,
-               pc.allow_tf32, pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype,
-               rhs.dtype, act.specs, epi.specs,
-               (w.k, w.n, w.layout, w.capability) if swizzled else None,
-               routing_data is None, gather_indx is None, scatter_indx is None]
-    derived = ()
-    if routing_data is not None:
-        meta = routing_data.expt_data
-        scalars += (routing_data.__class__, routing_data.n_expts_tot, routing_data.n_expts_act,
-                    routing_data.expected_tokens_per_expt, meta.__class__)
-        tensors.append(routing_data.expt_hist)
-        if meta is not None:
-            tensors += (meta.slice_sizes, meta.slice_offs, meta.block_offs_data, meta.block_schedule_data)
-            derived = (*meta.offs_rows(), *meta.schedule_rows())  # views of the two, described by them
-    if gather_indx is not None:
-        tensors += (gather_indx.src_indx, gather_indx.dst_indx)
-    if scatter_indx is not None:
-        tensors += (scatter_indx.src_indx, scatter_indx.dst_indx)
-    tensors += (*act.fn_args, *epi.fn_arg_values_matmul, *epi.fn_arg_values_finalize)
-    if x.is_cuda:
-        scalars.append(torch.cuda.current_device())
-    # (is_neg: a lazily negated view's memory holds other values, which the checked path resolves; the conjugate
-    # flag exists only on complex tensors, which no kernel takes)
-    described = [None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15, t.is_neg())
-                 if isinstance(t, torch.Tensor) else (t.__class__, t) for t in tensors]
-    tensors += derived
-    return tensors, (*scalars, *described)
-
-
 def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y,
                         fused_comm, act, epi, y_acc_in, inner_routing_data, preact=None):
     """``matmul_ogs`` with every argument checked, for the first call of a signature."""
@@ -294,95 +171,13 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
             raise SpecError("preact is taken by matmuls with an activation, not with inner_routing_data")
         return inner_matmul(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
                             epi, y_acc_in, inner_routing_data)
-    check_tensor(x, "x", ndims=(2, 3))
-    if not isinstance(w, SwizzledMxValues):
-        check_tensor(w, "w", ndims=(2, 3))
-        w = reinterpret(w, pc.flex_ctx.rhs_data.dtype, "w")
-    x = reinterpret(x, pc.flex_ctx.lhs_data.dtype, "x")
-    x_fmt, w_fmt, y_fmt, k = operand_formats(x, w, pc)
-    logical_w, n = w, w.shape[-1]  # swizzled values: their logical (..., K, N) shape
-    w = w.data if isinstance(w, SwizzledMxValues) else w
-    batched = x.ndim == 3
-    ragged = routing_data is not None and routing_data.expt_hist is not None
-    if batched:
-        for name, value in (("gather_indx", gather_indx), ("scatter_indx", scatter_indx)):
-            if value is not None:
-                raise SpecError(f"{name} is not supported in batched mode (3-D x); pass 2-D x with routing_data")
-        if ragged:
-            raise SpecError("routing_data is not supported in batched mode (3-D x); pass 2-D x")
-        if w.ndim != 3 or w.shape[0] != x.shape[0]:
-            raise SpecError(f"batched x of shape {tuple(x.shape)} needs w of shape (B={x.shape[0]}, K, N), "
-                            f"got {tuple(w.shape)}")
-    elif not ragged:
-        if gather_indx is not None or scatter_indx is not None:
-            raise SpecError("gather_indx and scatter_indx index expert-sorted rows: pass routing_data with a "
-                            "histogram (ogsgen.routing(logits, k) builds all three)")
-        if w.ndim == 3 and w.shape[0] != 1:
-            missing = "routing_data.expt_hist is None" if routing_data is not None else "there is no routing_data"
-            raise SpecError(f"w of shape {tuple(w.shape)} holds {w.shape[0]} experts but {missing}; pass a 2-D w "
-                            f"(K, N), a 3-D x for a batched matmul, or routing_data with a histogram (ogsgen.routing)")
-    if ragged:
-        m, out_rows = check_routing(x, w, routing_data, gather_indx, scatter_indx)
-    else:
-        m = out_rows = x.shape[-2]
+    n = w.shape[-1]  # (a swizzled w's logical N)
+    x_op, w_op, y_fmt = describe_operands(x, w, pc)
+    x_fmt, w_fmt, x, w = x_op.format, w_op.format, x_op.values, w_op.values
+    shape = check_call_shapes(x_op, w_op, y_fmt, n, routing_data, gather_indx, scatter_indx, pc, bias, betas, gammas,
+                              out_alpha, y, fused_comm, act, epi, y_acc_in, preact)
+    batched, ragged, batch, m, out_rows, n_out, out_shape, written, read = shape
     out_dtype = y_fmt.torch_dtype
-    batch = x.shape[0] if batched else 1
-    if x.shape[-1] != k:
-        packed = " (packed mxfp4: 2 values per byte)" if w_fmt.element == "e2m1" else ""
-        raise SpecError(f"x has K={x.shape[-1]} columns but w has {k} rows{packed} "
-                        f"(w is (..., K, N) = {tuple(logical_w.shape)})")
-    check_scales(pc, x_fmt, w_fmt, y_fmt, w, k, n, tuple(x.shape[:-1]))
-    if x_fmt.scaling == "block_f32" and batched:
-        raise SpecError(f"{x_fmt.name} products take 2-D x (tokens or sorted rows, K); got shape {tuple(x.shape)}: "
-                        f"flatten the batch into the rows")
-    reduction_n = act.specs.reduction_n
-    if n % reduction_n:
-        raise SpecError(f"w has N={n} columns, which the activation {act.specs.name} cannot fold by "
-                        f"reduction_n={reduction_n}; N must be a multiple of {reduction_n}")
-    n_out = n // reduction_n
-    w_batch = w.shape[0] if w.ndim == 3 else 1
-    check_tensor(bias, "bias", ndims=(1, 2), dtype=torch.float32)
-    if bias is not None and (bias.shape[-1] != n or (bias.ndim == 2 and bias.shape[0] not in (1, w_batch))):
-        raise SpecError(f"bias must have shape ({n},) or ({w_batch}, {n}), got {tuple(bias.shape)}")
-    if bias is not None and bias.stride(-1) != 1 and n > 1:
-        raise SpecError("bias must be contiguous along N (stride(-1) == 1); pass bias.contiguous()")
-    check_vector(betas, "betas", m, torch.float32)
-    check_vector(gammas, "gammas", m, torch.float32)
-    if betas is not None and bias is None:
-        raise SpecError("betas scale the bias, but bias is None; pass a bias or drop betas")
-    if out_alpha is not None and not isinstance(out_alpha, (int, float)):
-        raise SpecTypeError(f"out_alpha must be a Python float, got {type(out_alpha).__name__}")
-    out_shape = (batch, out_rows, n_out) if batched else (out_rows, n_out)
-    shapes = (out_shape,) if batched else (out_shape, (1, out_rows, n_out))  # a single matmul: 2-D or 3-D
-    if fused_comm is not None:  # y: this rank's buffer, its rows interleaved with the other reduce shards'
-        check_fused_comm(fused_comm, x, y, batched, y_acc_in, out_rows)
-        shapes = ((out_rows * fused_comm.n_reduce_shards, n_out),)
-    for name, buffer in (("y", y), ("y_acc_in", y_acc_in)):
-        if buffer is None:
-            continue
-        check_tensor(buffer, name, ndims=(2, 3))
-        if tuple(buffer.shape) not in shapes:
-            raise SpecError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(buffer.shape)}")
-    if y_fmt.scaling == "block_e8m0":
-        expected = out_shape[:-1] + (cdiv(n_out, MX_BLOCK),)
-        check_tensor(pc.out_scale, "precision_config.out_scale", dtype=torch.uint8)
-        if tuple(pc.out_scale.shape) != expected:
-            raise SpecError(f"precision_config.out_scale must hold one e8m0 byte per {MX_BLOCK} output columns: "
-                            f"shape {expected}, got {tuple(pc.out_scale.shape)}")
-    if y is not None and y.dtype != out_dtype:
-        raise SpecError(f"y has dtype {y.dtype} but the output dtype is {out_dtype}; "
-                        f"set precision_config.out_dtype={y.dtype} or pass a {out_dtype} y")
-    if y_acc_in is not None and scatter_indx is not None:
-        raise SpecError("y_acc_in cannot be combined with scatter_indx: accumulate after the scatter instead")
-    if preact is not None:
-        _check_preact(preact, act, scatter_indx, fused_comm, y_fmt, (batch, m, n) if batched else (m, n), out_dtype)
-    written, read = named_tensors(x, w, bias, routing_data if ragged else None, gather_indx, scatter_indx, pc, betas,
-                                   gammas, y, act, epi, y_acc_in, preact)
-    check_devices(x, {**read, **written})
-    check_distinct_elements(written)
-    if batch > _MAX_GRID_Y:
-        raise SpecError(f"batched x has B={batch} > {_MAX_GRID_Y} entries, more than one launch covers; "
-                        f"split the batch")
     if ragged and routing_checks.host_checks_apply(x):
         _check_routing_on_host(x, routing_data, gather_indx, scatter_indx)
     # The tensors a call writes overlap none of its other tensors, except y_acc_in that is y itself (in-place
@@ -400,46 +195,20 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
                                    routing_data.n_expts_act, make_ragged_tensor_metadata(routing_data.expt_hist, m),
                                    routing_data.expected_tokens_per_expt)
 
-    if x_fmt.scaling == "block_f32" and x.dtype != torch.float8_e4m3fn:
-        x, pc = _quantized_activations(x, pc, x_fmt)
+    if x_fmt.has_block_scales and x_op.block_scales is None:  # (a float x for fp8 block weights: made here)
+        x_op = _quantized_activations(x_op)
+        x = x_op.values
     variant = _variant(x_fmt, w_fmt, y_fmt, ragged, gather_indx is not None, scatter_indx is not None,
                        bias is not None, betas is not None, gammas is not None, y_acc_in is not None,
                        None if act.specs.is_default else act.specs, None if epi.specs.is_default else epi.specs,
                        fused_comm is not None, preact is not None)
-    call = Call(x, w, batch, m, n, k, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc,
+    call = Call(x_op, w_op, batch, m, n, routing_data if ragged else None, gather_indx, scatter_indx, act, epi, pc,
                 comm=fused_comm)
     if not x.is_cuda:  # Triton's interpreter: corrected, so that it computes what the GPU does
         interpreter.prepare((x_fmt.element, w_fmt.element, y_fmt.element))
-    n_expts = routing_data.n_expts_tot if ragged else None
-    tokens_per_expt = 0
-    if ragged:
-        tokens_per_expt = routing_data.expected_tokens_per_expt or max(1, m // n_expts)
-    n_sms = target(x.device).sm_count if x.is_cuda else None
     # (a fused-communication scatter takes the top-k reduce for any k: it writes every token's row to the ranks)
     topk = scatter_indx is not None and (routing_data.n_expts_act > 1 or fused_comm is not None)
-    # K splits where its partials are summed before anything nonlinear: by a reduce of their own, or by a top-k
-    # scatter's combine when no activation comes between the two sums
-    can_split = y_acc_in is None and fused_comm is None and preact is None and (
-        scatter_indx is None or (topk and act.specs.is_default))
-    flag_args = (x.element_size(), batch, m, n, k, reduction_n, n_expts, tokens_per_expt, can_split, n_sms,
-                 w_fmt.layout if w_fmt.scaling == "block_e8m0" else None,
-                 pc.enforce_bitwise_invariance, y_fmt.scaling == "block_e8m0", current_constraints())
-    scales_n_contiguous = w_fmt.scaling == "block_e8m0" and pc.weight_scale.stride(-1) == 1
-    w_k_major = w_fmt.scaling == "none" and w.stride(-1) != 1
-    if w_k_major and ragged and m >= _K_CONTIGUOUS_WARN_ROWS:
-        _warn_k_contiguous_once(w)
-    k_group = w_fmt.block_size if w_fmt.scales_apply == "k_group" else 0
-    x_mx = x_fmt.scales_apply == "operand"
-    flags = make_opt_flags(*flag_args, persistent_blocker(variant, x), scales_n_contiguous, gather_indx is not None,
-                           topk, w_k_major, k_group, x_mx)
-    matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
-    if flags.persistent:
-        y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
-        if (tma_problem := tma_blocker(x, w, gather_indx is not None, y_by_tma)) is not None:
-            # the tiled kernel, or the error if persistent was forced
-            flags = make_opt_flags(*flag_args, tma_problem, scales_n_contiguous, gather_indx is not None, topk,
-                                   w_k_major, k_group, x_mx)
-            matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
+    flags, matmul_variant, reduce_variant, matmul_out = _launch_choice(variant, call, y, n_out, topk)
     # Launches go to the current device: switch only when x lives elsewhere (the switch costs microseconds).
     other_device = x.is_cuda and x.device.index != torch.cuda.current_device()
     if other_device:
@@ -462,10 +231,42 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
     return y
 
 
-def _quantized_activations(x: torch.Tensor, pc: PrecisionConfig, x_fmt) -> tuple[torch.Tensor, PrecisionConfig]:
-    """(e4m3 x, precision config with its scales as act_scale): x quantized as the block-scaled weights' format
-    says, per row and 128 columns of K or per row, into buffers of the call by a launch its plan replays."""
-    block = (1, FP8_BLOCK) if x_fmt.block_size else (1, 0)
+def _launch_choice(variant: KernelVariant, call: Call, y: torch.Tensor, n_out: int, topk: bool):
+    """(flags, matmul variant, reduce variant or None, the matmul's output) of a call: the launch heuristic's choice
+    for its TileProblem, made again without the persistent kernel where TMA cannot describe its tensors."""
+    x, w, m, routing = call.x, call.w, call.m, call.routing
+    n_expts = routing.n_expts_tot if routing is not None else None
+    tokens_per_expt = routing.expected_tokens_per_expt or max(1, m // n_expts) if routing is not None else 0
+    # K splits where its partials are summed before anything nonlinear: by a reduce of their own, or by a top-k
+    # scatter's combine when no activation comes between the two sums
+    can_split = not variant.y_acc_in and not variant.fused_comm and not variant.preact and (
+        not variant.scatter or (topk and variant.activation is None))
+    w_k_major = variant.w.scaling == "none" and w.stride(-1) != 1
+    if w_k_major and routing is not None and m >= _K_CONTIGUOUS_WARN_ROWS:
+        _warn_k_contiguous_once(w)
+    problem = TileProblem(
+        x.element_size(), call.batch, m, call.n, call.k, variant.reduction_n, n_expts, tokens_per_expt, can_split,
+        target(x.device).sm_count if x.is_cuda else None, bitwise_invariant=call.pc.enforce_bitwise_invariance,
+        constraints=current_constraints(), persistent_blocker=persistent_blocker(variant, x),
+        x_gathered=variant.gather, split_is_free=topk, w_k_major=w_k_major,
+        **format_facts(variant.x, variant.w, variant.y),
+        mx_scales_n_contiguous=variant.w.scales_apply == "operand" and call.w_op.block_scales.stride(-1) == 1)
+    flags = make_opt_flags(problem)
+    matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
+    if flags.persistent:
+        y_by_tma = matmul_out if matmul_variant.persistent_stores_y_by_tma else None
+        if (tma_problem := tma_blocker(x, w, variant.gather, y_by_tma)) is not None:
+            # the tiled kernel, or the error if persistent was forced
+            flags = make_opt_flags(dataclasses.replace(problem, persistent_blocker=tma_problem))
+            matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)
+    return flags, matmul_variant, reduce_variant, matmul_out
+
+
+def _quantized_activations(x_op: ScaledOperand) -> ScaledOperand:
+    """x quantized to e4m3 as the block-scaled weights' format says, per row and 128 columns of K or per row, into
+    buffers of the call by a launch its plan replays."""
+    x = x_op.values
+    block = (1, FP8_BLOCK) if x_op.format.block_size else (1, 0)
     values = plans.new_buffer(tuple(x.shape), torch.float8_e4m3fn, x.device)
     scales = plans.new_buffer(scales_shape(x.shape, block), torch.float32, x.device)
     if scales.numel():
@@ -473,7 +274,7 @@ def _quantized_activations(x: torch.Tensor, pc: PrecisionConfig, x_fmt) -> tuple
             interpreter.prepare(("e4m3",))
         kernel, grid, args = row_quantization(x, values, scales, block)
         plans.launch(kernel, grid, args)
-    return values, dataclasses.replace(pc, act_scale=scales)
+    return x_op.with_block_scales(values, scales)
 
 
 def _matmul_output(variant: KernelVariant, call: Call, flags, topk: bool, y: torch.Tensor,

@@ -1,5 +1,8 @@
-"""What a call's tensors span in memory: whether outputs overlap inputs, and whether offsets need 64 bits."""
+"""What a call's tensors span in memory: whether outputs overlap inputs or themselves, whether offsets need 64
+bits, and lazily negated or conjugated views (whose memory holds other values than they read as)."""
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -99,3 +102,57 @@ class DisjointGuard:
                 if low < tensors[j].data_ptr() - start < high:
                     return False
         return True
+
+
+def check_distinct_elements(tensors: dict) -> None:
+    """Written tensors whose elements do not overlap each other (an expanded tensor's do, and rows closer together
+    than their length: programs would store to the same memory). Taken by increasing stride, each dimension must
+    step past the span of the ones before it; that also refuses the few layouts whose dimensions interleave
+    without overlapping (strides (2, 3) for shape (3, 2)), which no allocation makes."""
+    for name, t in tensors.items():
+        if t.numel() == 0:
+            continue
+        span = 0  # the elements the dimensions of smaller strides reach past the first one
+        for stride, size in sorted((abs(stride), size) for size, stride in zip(t.shape, t.stride()) if size > 1):
+            if stride <= span:
+                raise SpecError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) has elements that overlap "
+                                f"each other in memory{' (an expanded tensor)' if stride == 0 else ''}: the kernels "
+                                f"would store several results to one address; pass a tensor with distinct elements, "
+                                f"such as torch.empty's")
+            span += (size - 1) * stride
+
+
+def is_lazy_view(t: torch.Tensor) -> bool:
+    """Whether torch keeps ``t``'s negation or conjugation as a flag (``torch._neg_view``, the imaginary part of a
+    ``conj()`` view) and not in its memory, which is what a kernel reads and writes."""
+    return t.is_neg() or t.is_conj()
+
+
+def resolve_lazy_views(written: dict, arguments: tuple) -> tuple:
+    """``arguments`` (a call's) with each lazily negated or conjugated tensor in them (themselves, their tuples'
+    items and their dataclasses' fields, at any depth) replaced by a copy holding its values; the very same
+    objects where there is none. A written tensor (``written``: by argument name) with the flag is refused: the
+    kernels would write a copy, not it."""
+    for name, t in written.items():
+        if is_lazy_view(t):
+            raise SpecError(f"{name} is a lazily negated or conjugated view ({name}.is_neg() or {name}.is_conj() is "
+                            f"set): torch negates the values in its memory when it reads them, so what the kernels "
+                            f"write there would read back negated; pass a tensor without the flag (and negate or "
+                            f"conjugate the result afterwards)")
+    return _resolved(arguments)
+
+
+def _resolved(value):
+    if isinstance(value, torch.Tensor):
+        return value.resolve_neg().resolve_conj() if is_lazy_view(value) else value
+    if isinstance(value, tuple):
+        items = tuple(_resolved(item) for item in value)
+        return value if all(new is old for new, old in zip(items, value)) else items
+    fields = getattr(value, "__dataclass_fields__", None)
+    if fields is None or isinstance(value, type):
+        return value
+    changed = {}
+    for name, field in fields.items():
+        if field.init and (new := _resolved(old := getattr(value, name))) is not old:
+            changed[name] = new
+    return dataclasses.replace(value, **changed) if changed else value

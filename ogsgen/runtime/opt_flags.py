@@ -279,47 +279,77 @@ def reduce_tile(n: int, reduction_n: int) -> tuple[int, int, int]:
     return 32, max(32 * reduction_n, min(128, triton.next_power_of_2(n))), 4
 
 
-@lru_cache(maxsize=4096)
-def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_n: int, n_expts: int | None,
-                   tokens_per_expt: int, can_split: bool, n_sms: int | None, w_mx_layout: str | None = None,
-                   bitwise_invariant: bool = False, y_mx: bool = False, constraints: tuple = (),
-                   persistent_blocker: str | None = "no persistent kernel was asked for",
-                   mx_scales_n_contiguous: bool = False, x_gathered: bool = False,
-                   split_is_free: bool = False, w_k_major: bool = False, k_group: int = 0,
-                   x_mx: bool = False) -> OptFlags:
-    """Launch parameters for one call; cached, so repeated shapes cost a dict lookup.
+@dataclass(frozen=True)
+class TileProblem:
+    """What the launch heuristic reads of one call; hashable, so that repeated calls cost a dict lookup.
 
-    ``n_expts`` is None for dense and batched calls, the number of experts for ragged rows.
-    ``w_mx_layout``: None for unscaled or flexpoint w, else the MX values' layout ("strided", "hopper").
-    ``bitwise_invariant``: fixed row blocks and no split K, so that a row's result does not depend
-    on the rows around it. ``persistent_blocker``: None when the call may use the variant's persistent
-    TMA kernel, else why not (the error message for a ``persistent=True`` constraint).
-    ``mx_scales_n_contiguous``: MX scales stored with N contiguous (their tiles differ on Hopper).
-    ``x_gathered``: rows read through a gather index (decode keeps its tiled kernel for them, docs/heuristics.md).
-    ``split_is_free``: split partials would be summed by a reduce the call launches anyway (a top-k combine).
-    ``w_k_major``: a plain 16-bit w stored K-contiguous (its last stride is not 1).
-    ``k_group``: K values that share a scale applied per K step (fp8 with 128 x 128 block scales), else 0.
-    ``x_mx``: mxfp8 x (e8m0 scales per 32 values of K, upcast in registers).
+    ``itemsize``: bytes of an x element as the dot reads it. ``n_expts``: None for dense and batched calls, the
+    number of experts for ragged rows (``tokens_per_expt`` rows each, as expected). ``reduction_n``: output columns
+    the activation folds into one. ``can_split``: K splits would be summed before anything nonlinear.
+    ``bitwise_invariant``: fixed row blocks and no split K, so that a row's result does not depend on the rows
+    around it. ``persistent_blocker``: None when the call may use the variant's persistent TMA kernel, else why not
+    (the error message for a ``persistent=True`` constraint). ``x_gathered``: rows read through a gather index
+    (decode keeps its tiled kernel for them, docs/heuristics.md). ``split_is_free``: split partials would be summed
+    by a reduce the call launches anyway (a top-k combine). ``w_k_major``: a plain 16-bit w stored K-contiguous.
+    The operands' formats decide the rest (:func:`format_facts`).
     """
-    heuristic_args = (itemsize, batch, m, n, k, n_expts, tokens_per_expt, can_split and not bitwise_invariant,
-                      n_sms, w_mx_layout)
-    flags = _heuristic(*heuristic_args, persistent_blocker is None and not bitwise_invariant, mx_scales_n_contiguous,
-                       x_gathered, split_is_free, w_k_major)
-    if flags.persistent and _tile_problem(flags, itemsize, reduction_n, w_mx_layout, y_mx) is not None:
+    itemsize: int
+    batch: int
+    m: int
+    n: int
+    k: int
+    reduction_n: int = 1
+    n_expts: int | None = None
+    tokens_per_expt: int = 0
+    can_split: bool = True
+    n_sms: int | None = None
+    w_mx_layout: str | None = None   # the value layout of w whose scales apply to its values (MX), else None
+    bitwise_invariant: bool = False
+    y_mx: bool = False               # an MX output: e8m0 scales per 32 output columns
+    constraints: tuple = ()
+    persistent_blocker: str | None = "no persistent kernel was asked for"
+    mx_scales_n_contiguous: bool = False  # MX scales stored with N contiguous (their tiles differ on Hopper)
+    x_gathered: bool = False
+    split_is_free: bool = False
+    w_k_major: bool = False
+    k_group: int = 0                 # K values that share a scale applied per K step (fp8 128 x 128 blocks), or 0
+    x_mx: bool = False               # x's scales apply to its values (mxfp8 x, upcast in registers)
+    scale_block_k: int = MX_BLOCK    # K values per scale of an operand whose scales apply to its values
+
+
+def format_facts(x_fmt, w_fmt, y_fmt) -> dict:
+    """The fields of a TileProblem that the operands' formats decide: where their scales apply."""
+    upcast = [f.block_size for f in (x_fmt, w_fmt) if f.scales_apply == "operand"]
+    return dict(w_mx_layout=w_fmt.layout if w_fmt.scales_apply == "operand" else None,
+                k_group=w_fmt.block_size if w_fmt.scales_apply == "k_group" else 0,
+                x_mx=x_fmt.scales_apply == "operand", y_mx=y_fmt.scaling == "block_e8m0",
+                scale_block_k=max(upcast, default=MX_BLOCK))
+
+
+@lru_cache(maxsize=4096)
+def make_opt_flags(p: TileProblem) -> OptFlags:
+    """Launch parameters for one call: the heuristic's, adjusted to the operands, then the constraints; raises
+    InapplicableConstraintError where the constraints ask for what the call cannot take."""
+    heuristic_args = (p.itemsize, p.batch, p.m, p.n, p.k, p.n_expts, p.tokens_per_expt,
+                      p.can_split and not p.bitwise_invariant, p.n_sms, p.w_mx_layout)
+    flags = _heuristic(*heuristic_args, p.persistent_blocker is None and not p.bitwise_invariant,
+                       p.mx_scales_n_contiguous, p.x_gathered, p.split_is_free, p.w_k_major)
+    if flags.persistent and _tile_problem(flags, p.itemsize, p.reduction_n, p.w_mx_layout, p.y_mx) is not None:
         # The persistent kernel stores half tiles, of at least 8 output columns and of whole 32-column scale
         # groups for an MX output: where its tile's halves would not be, the tiled kernel (widened below for MX).
-        flags = _heuristic(*heuristic_args, False, mx_scales_n_contiguous, x_gathered, split_is_free, w_k_major)
+        flags = _heuristic(*heuristic_args, False, p.mx_scales_n_contiguous, p.x_gathered, p.split_is_free,
+                           p.w_k_major)
     # Tiles changed here drop the heuristic's register cap and wait for each wgmma, measured for its own tile.
-    if itemsize == 1 and w_mx_layout is not None and not x_mx:
+    if p.itemsize == 1 and p.w_mx_layout is not None and not p.x_mx:
         # e4m3 x with mxfp4 w: 64-deep K steps of at most 64 rows, 256 columns where N has them, the tiles whose K
         # loops compile for sm_90 without spilling (bench/NOTES.md, "fp8 x with mxfp4 w"; not measured on a GPU yet)
-        flags = replace(flags, block_m=min(flags.block_m, 64), block_n=256 if n > 128 else flags.block_n, block_k=64,
-                        num_warps=8, num_stages=3, **_MEASURED_FOR_ITS_TILE)
-    if bitwise_invariant:
+        flags = replace(flags, block_m=min(flags.block_m, 64), block_n=256 if p.n > 128 else flags.block_n,
+                        block_k=64, num_warps=8, num_stages=3, **_MEASURED_FOR_ITS_TILE)
+    if p.bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
-    if y_mx and flags.block_n < MX_BLOCK * reduction_n:  # each output tile holds whole scale blocks
-        flags = replace(flags, block_n=MX_BLOCK * reduction_n, **_MEASURED_FOR_ITS_TILE)
-    constrained = dict(constraints)
+    if p.y_mx and flags.block_n < MX_BLOCK * p.reduction_n:  # each output tile holds whole scale blocks
+        flags = replace(flags, block_n=MX_BLOCK * p.reduction_n, **_MEASURED_FOR_ITS_TILE)
+    constrained = dict(p.constraints)
     if any(key in constrained for key in TILE_KEYS):
         constrained = {**_MEASURED_FOR_ITS_TILE, **constrained}
     if constrained.get("persistent"):  # the persistent kernel does not split K: drop the heuristic's split
@@ -327,38 +357,43 @@ def make_opt_flags(itemsize: int, batch: int, m: int, n: int, k: int, reduction_
     if constrained.get("split_k", 1) > 1:  # and only the tiled kernel does: drop the heuristic's persistent kernel
         constrained = {"persistent": False, **constrained}
     flags = replace(flags, **constrained)
-    operands = (itemsize, reduction_n, w_mx_layout, y_mx, k_group, x_mx)
+    operands = (p.itemsize, p.reduction_n, p.w_mx_layout, p.y_mx, p.k_group, p.x_mx, p.scale_block_k)
     if flags.persistent and "persistent" not in constrained and _tile_problem(flags, *operands) is not None:
         flags = replace(flags, persistent=False)  # the heuristic's kernel cannot take the asked-for tile: the tiled one
+    _check_applicable(flags, p, operands)
+    return flags
+
+
+def _check_applicable(flags: OptFlags, p: TileProblem, operands: tuple) -> None:
+    """Raise InapplicableConstraintError where the (constrained) flags do not fit the call."""
     if (problem := _tile_problem(flags, *operands)) is not None:
         raise InapplicableConstraintError(problem)
     for tile in flags.fallback_tiles:  # only ever asked for: the heuristic's tiles wait instead
         if (problem := _tile_problem(flags.fallback(tile), *operands)) is not None:
             raise InapplicableConstraintError(f"fallback tile {tile}: {problem}")
-    if bitwise_invariant and flags.fallback_tiles:
+    if p.bitwise_invariant and flags.fallback_tiles:
         raise InapplicableConstraintError("precision_config.enforce_bitwise_invariance keeps one tile's arithmetic for "
                                      "every shape, and a fallback tile would change it; drop fallback_tiles")
-    if bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1):
+    if p.bitwise_invariant and (flags.block_m != 128 or flags.split_k != 1):
         raise InapplicableConstraintError("precision_config.enforce_bitwise_invariance fixes block_m=128 and split_k=1; "
                                      "drop the conflicting opt_flags_constraints")
-    if flags.persistent and persistent_blocker is not None:
-        raise InapplicableConstraintError(f"persistent=True: {persistent_blocker}")
-    if flags.wait_mma and w_mx_layout is None and not x_mx:
+    if flags.persistent and p.persistent_blocker is not None:
+        raise InapplicableConstraintError(f"persistent=True: {p.persistent_blocker}")
+    if flags.wait_mma and p.w_mx_layout is None and not p.x_mx:
         raise InapplicableConstraintError("wait_mma=True applies to mx weights or activations (upcast in registers) "
                                           "only; drop it")
     if flags.persistent and flags.split_k > 1:
         raise InapplicableConstraintError("the persistent kernel does not split K; use split_k=1 with persistent=True")
-    if flags.split_k > 1 and not can_split:
+    if flags.split_k > 1 and not p.can_split:
         raise InapplicableConstraintError(f"split_k={flags.split_k} cannot be combined with y_acc_in, a scatter of one "
                                      f"expert per token, or a scatter with a fused activation; use split_k=1")
-    if n_expts is not None and flags.block_m not in BLOCK_SIZES:
+    if p.n_expts is not None and flags.block_m not in BLOCK_SIZES:
         raise InapplicableConstraintError(f"block_m={flags.block_m}: ragged rows need block_m in {BLOCK_SIZES} "
                                      f"(the sizes the routing metadata is computed for)")
-    return flags
 
 
 def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout: str | None,
-                  y_mx: bool, k_group: int = 0, x_mx: bool = False) -> str | None:
+                  y_mx: bool, k_group: int = 0, x_mx: bool = False, scale_block_k: int = MX_BLOCK) -> str | None:
     """Why the operands cannot take this tile's block sizes, or None."""
     if y_mx and (flags.block_n // reduction_n) % MX_BLOCK:
         return f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a multiple of {MX_BLOCK}"
@@ -369,9 +404,9 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if flags.persistent and y_mx and (flags.block_n // 2 // reduction_n) % MX_BLOCK:
         return (f"block_n={flags.block_n}: the persistent kernel stores half tiles, and an mx output needs "
                 f"block_n // 2 // reduction_n to be a multiple of {MX_BLOCK}")
-    if x_mx and flags.block_k % MX_BLOCK:
-        return (f"block_k={flags.block_k}: mx activations carry one scale per {MX_BLOCK} values of K, so block_k "
-                f"must be a multiple of {MX_BLOCK}")
+    if x_mx and flags.block_k % scale_block_k:
+        return (f"block_k={flags.block_k}: mx activations carry one scale per {scale_block_k} values of K, so "
+                f"block_k must be a multiple of {scale_block_k}")
     if itemsize == 1 and flags.block_k < 32:
         return f"block_k={flags.block_k}: an fp8 dot needs block_k >= 32"
     if k_group and k_group % flags.block_k:
@@ -383,9 +418,9 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if w_mx_layout == "hopper" and flags.block_n % 16:
         return (f"block_n={flags.block_n}: hopper-layout mxfp4 weights come in slabs of 16 columns of N, so block_n "
                 f"must be a multiple of 16")
-    if w_mx_layout is not None and flags.block_k % MX_BLOCK:
-        return (f"block_k={flags.block_k}: mx weights carry one scale per {MX_BLOCK} rows of K, so block_k must be "
-                f"a multiple of {MX_BLOCK}")
+    if w_mx_layout is not None and flags.block_k % scale_block_k:
+        return (f"block_k={flags.block_k}: mx weights carry one scale per {scale_block_k} rows of K, so block_k must "
+                f"be a multiple of {scale_block_k}")
     if flags.block_n % reduction_n:
         return f"block_n={flags.block_n} must be a multiple of the activation's reduction_n ({reduction_n})"
     return None

@@ -44,14 +44,15 @@ from ..moe.weights import prepare_expert_weights
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import swizzle_mx_values
 from ..spec.catalog import default_catalog, load_catalog_file
-from ..spec.formats import MX_BLOCK
+from ..numerics.nvfp4 import NVFP4_K_MULTIPLE
+from ..spec.formats import MX_BLOCK, NVFP4
 from ..spec.variant import KernelVariant, canonical_name
 from ..types import (INNER_BLOCK_K, Epilogue, FlexCtx, FusedActivation, FusedComm, InFlexData, InnerRoutingData,
                      OutFlexData, PrecisionConfig)
-from . import matmul
+from . import wgmma_hazards
 from .inner import inner_flags
 from .matmul import launch, matmul_ogs
-from .opt_flags import OptFlags, make_opt_flags, opt_flags_constraints
+from .opt_flags import OptFlags, TileProblem, format_facts, make_opt_flags, opt_flags_constraints
 
 # Problem sizes whose heuristic choices span every configuration real calls reach: rows (tokens per
 # expert when ragged), N (narrow ones only for dense calls with plain weights: routers), K, and expert
@@ -98,13 +99,13 @@ class WarmupCall:
             rows = x_rows = out_rows = 64
         w, fields = _weights(v, _CALL_EXPERTS if v.ragged else None, k, n, device)
         x = torch.randn(x_rows, k, device=device)
-        if v.x.scaling == "block_e8m0":  # mxfp8 x: its values and e8m0 scales, as quantize_mx makes them
+        if v.x.scales_apply == "operand":  # mxfp8 x: its values and e8m0 scales, as quantize_mx makes them
             x, fields["act_scale"] = quantize_mx(x, v.x.element)
         else:  # (block-scaled fp8 x: bf16, quantized by the call, as a serving process's first layer passes it)
-            x = x.to(torch.bfloat16 if v.x.scaling == "block_f32" else v.x.torch_dtype)
+            x = x.to(torch.bfloat16 if v.x.has_block_scales else v.x.torch_dtype)
         flex = fields.pop("flex_ctx", FlexCtx())
         ones = torch.ones(1, device=device)
-        if v.x.scaling == "flexpoint":
+        if v.x.has_global_scale:
             flex = FlexCtx(InFlexData(scale=ones), flex.rhs_data)
         if v.y.scaling == "flexpoint":
             flex = FlexCtx(flex.lhs_data, flex.rhs_data, OutFlexData(expected_scale=ones, actual_scale=ones.clone()))
@@ -179,7 +180,7 @@ class WarmupReport:
     done: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
-    hazard_replaced: int = 0  # binaries with ptxas's wgmma register hazard, replaced by safe ones (matmul.py)
+    hazard_replaced: int = 0  # binaries with ptxas's wgmma register hazard, replaced by safe ones (wgmma_hazards.py)
 
 
 def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> list[OptFlags]:
@@ -189,8 +190,7 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
     if variant.inner:  # x rows (a model's width), N, an expert's tokens, experts
         return list(dict.fromkeys(inner_flags(itemsize, experts, m, n, k, INNER_BLOCK_K, n_sms)
                                   for m, n, k, experts in itertools.product(_NS, _NS, (16, 64, 512, 4096), _EXPERTS)))
-    w_mx_layout = variant.w.layout if variant.w.scaling == "block_e8m0" else None
-    y_mx = variant.y.scaling == "block_e8m0"
+    formats = format_facts(variant.x, variant.w, variant.y)
     # A scatter splits K only in its top-k calls (without an activation); one gate per token writes y directly.
     can_splits = {not variant.y_acc_in and not variant.preact and not variant.scatter,
                   not variant.y_acc_in and not variant.preact and not (variant.scatter and variant.activation)}
@@ -207,7 +207,7 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
         # that one-wave tile (rows per expert 1 / experts: one row in all)
         sizes += [(1 / experts, 256 * (n_sms // 2), k, experts) for k in _KS for experts in _EXPERTS]
     for rows, n, k, experts in sizes:
-        if n % variant.reduction_n or (y_mx and n // variant.reduction_n < MX_BLOCK):
+        if n % variant.reduction_n or (formats["y_mx"] and n // variant.reduction_n < MX_BLOCK):
             continue
         if variant.ragged:
             args = (int(rows * experts), n, k, variant.reduction_n, experts, max(1, int(rows)))
@@ -215,12 +215,10 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
             args = (rows, n, k, variant.reduction_n, None, 0)
         # MX scales as prepare_expert_weights stores them: N-contiguous
         for can_split in can_splits:
-            flags = make_opt_flags(itemsize, 1, *args, can_split, n_sms, w_mx_layout, False, y_mx,
-                                   persistent_blocker=persistent_blocker,
-                                   mx_scales_n_contiguous=w_mx_layout is not None, x_gathered=variant.gather,
-                                   split_is_free=variant.scatter,
-                                   k_group=variant.w.block_size if variant.w.scales_apply == "k_group" else 0,
-                                   x_mx=variant.x.scales_apply == "operand")
+            flags = make_opt_flags(TileProblem(itemsize, 1, *args, can_split, n_sms, **formats,
+                                               persistent_blocker=persistent_blocker,
+                                               mx_scales_n_contiguous=formats["w_mx_layout"] is not None,
+                                               x_gathered=variant.gather, split_is_free=variant.scatter))
             # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
             seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
     return list(seen)
@@ -258,9 +256,13 @@ def _gpu(device_index: int) -> tuple[int, bool]:
 def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device):
     """w and the PrecisionConfig fields of its format, laid out as prepare_expert_weights lays them out."""
     fmt = variant.w
-    prepared = prepare_expert_weights(torch.randn(n_experts or 1, n, k, device=device),
+    # NVFP4's quantizer takes K in whole 32s, its kernels K in blocks of 16: quantize more, keep K's blocks
+    quantized_k = -(-k // NVFP4_K_MULTIPLE) * NVFP4_K_MULTIPLE if fmt == NVFP4 else k
+    prepared = prepare_expert_weights(torch.randn(n_experts or 1, n, quantized_k, device=device),
                                       format="mxfp4" if fmt.layout == "hopper" else fmt.name, value_layout="strided")
     w, weight_scale, scale = prepared.w, prepared.weight_scale, prepared.scale
+    if quantized_k != k:
+        w, weight_scale = w[:, :k // 2], weight_scale[:, :k // fmt.block_size]
     if n_experts is None:  # a dense call: one (K, N) matrix
         w, weight_scale = w[0], weight_scale[0] if weight_scale is not None else None
     fields = {"weight_scale": weight_scale} if weight_scale is not None else {}
@@ -277,7 +279,7 @@ def _catalog_variants(spec: str | None, names: list[str]):
 def warm(wc, device) -> tuple[str, str, int]:
     """Make one warm-up call: (its description, its error or '', how many binaries it replaced for the wgmma
     hazard)."""
-    replaced = matmul.hazard_replacements()
+    replaced = wgmma_hazards.hazard_replacements()
     try:
         wc.run(device)
         if device.type == "cuda":
@@ -285,7 +287,7 @@ def warm(wc, device) -> tuple[str, str, int]:
         error = ""
     except Exception as exc:  # reported, not fatal: the other variants still warm up
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    return wc.describe(), error, matmul.hazard_replacements() - replaced
+    return wc.describe(), error, wgmma_hazards.hazard_replacements() - replaced
 
 
 def _run_share(spec, names, share, jobs, device_index, queue) -> None:

@@ -12,7 +12,8 @@ wgmma (SASS ``HGMMA``, 16-bit; ``QGMMA``, fp8: fp8 x with mxfp4 w converts W to 
 ``WARPGROUP.DEPBAR.LE gsb0, N`` retires it (all but the N most recent), and reports every instruction that
 writes one of them meanwhile.
 
-A kernel with the hazard runs instead on a clean fallback tile or as its waiting kernel (``WAIT_MMA``),
+:func:`launch_checked` launches a kernel that upcasts in registers on Hopper: a binary with the hazard runs instead
+on a clean fallback tile or as its waiting kernel (``WAIT_MMA``),
 compiled under :func:`waiting_for_each_wgmma_compiles`: its PTX waits for every wgmma right after issuing it
 (``wgmma.wait_group 0``), which leaves ptxas nothing in flight to overwrite. Only the PTX changes; Triton's
 pipelined loads and register-fed wgmmas stay as they are.
@@ -30,9 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton import knobs
+from triton.runtime.errors import OutOfResources
 
 from ..errors import OgsgenError
 from ..numerics.jit import WGMMA_WAITS_MARKER
+from ..spec.variant import canonical_name
+from . import launcher, loader, plans
+from .arguments import MatmulInputs, matmul_launch
 from .loader import cache_dir
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
@@ -240,3 +245,74 @@ def waiting_for_each_wgmma_compiles():
             if _hook_depth == 0:
                 knobs.runtime.add_stages_inspection_hook = _outer_hook
                 _outer_hook = None
+
+
+def compiling(flags):
+    """What launches of these flags compile under: a waiting kernel's binary exists only as compiled by
+    :func:`waiting_for_each_wgmma_compiles`."""
+    return waiting_for_each_wgmma_compiles if flags.wait_mma else None
+
+
+# (opt flags, launcher.binary_key) of MX binaries with the wgmma register hazard -> the flags their calls run
+# instead. Per binary: a specialization's hazard says nothing of another's (K with a tail or not), and a fresh
+# process checks each binary it compiles.
+_REPLACED: dict = {}
+
+
+def launch_checked(inputs: MatmulInputs) -> None:
+    """Launch a matmul kernel that upcasts in registers on Hopper, its binary checked for the hazard before its
+    first launch; one that has it is replaced for good (that binary: the same flags may compile clean binaries for
+    other calls) by :func:`_launch_replacement`."""
+    flags = inputs.flags
+    kernel, grid, args, options = matmul_launch(inputs)
+    binary = launcher.binary_key(kernel, args, options)
+    if (replacement := _REPLACED.get((flags, binary))) is not None:
+        flags, inputs = replacement, inputs.with_flags(replacement)
+        kernel, grid, args, options = matmul_launch(inputs)
+    try:
+        plans.launch(kernel, grid, args, verify=check_compiled, compiling=compiling(flags), **options)
+    except RegisterOperandHazard as hazard:
+        if flags.wait_mma:
+            raise RegisterOperandHazard(
+                f"{hazard}: the waiting kernel has it too, so no binary of {canonical_name(inputs.variant)} with "
+                f"launch parameters {flags} is safe; try other opt_flags_constraints or another Triton release"
+            ) from hazard
+        _launch_replacement(inputs, binary, hazard)
+
+
+def _launch_replacement(inputs: MatmulInputs, binary: tuple, hazard: RegisterOperandHazard) -> None:
+    """Run a launch whose binary (``binary``: its ``launcher.binary_key``) has the hazard on the first of the
+    flags' fallback tiles whose binary is clean and fits, else on the same tile waiting for each wgmma (checked as
+    well). The choice is remembered for (flags, binary) and logged."""
+    flags, replacement = inputs.flags, None
+    for tile in flags.fallback_tiles:
+        candidate = flags.fallback(tile)
+        kernel, grid, args, options = matmul_launch(inputs.with_flags(candidate))
+        try:
+            plans.launch(kernel, grid, args, verify=check_compiled, compiling=compiling(candidate), **options)
+            replacement = candidate
+            break
+        except (RegisterOperandHazard, OutOfResources) as exc:
+            loader.log.info("fallback tile %s of %s not used: %s", tile, flags, exc)
+    if replacement is None:
+        replacement = flags.waiting()
+        launch_checked(inputs.with_flags(replacement))
+    _REPLACED[(flags, binary)] = replacement
+    loader.log.debug("%s; launch parameters %s now run as %s", hazard, flags, replacement)
+    # Logged, not warned: ogsgen has already chosen a safe binary, and there is nothing for the caller to do.
+    if len(_REPLACED) == 1:
+        loader.log.info("ptxas let the next K step overwrite registers a wgmma still reads (triton-lang/triton#9433) "
+                        "in %s; MX-weight kernels where this happens run a tile whose binary is clean or wait for each "
+                        "wgmma instead (correct, sometimes slower; each case is logged at debug level). Triton 3.9 "
+                        "compiles them without the hazard.", hazard)
+
+
+def hazard_replacements() -> int:
+    """How many binaries this process replaced for the wgmma hazard (``ogsgen warmup`` reports them)."""
+    return len(_REPLACED)
+
+
+def forget_hazard_replacements() -> None:
+    """Forget which binaries this process replaced for the wgmma hazard, so that the next call of each checks
+    (and compiles) its own binary again, as a fresh process would (probes report what each row replaced)."""
+    _REPLACED.clear()

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from ..errors import CatalogError, OgsgenError, SpecTypeError
 from .builtins import swiglu
-from .formats import BF16, FP8_E4M3, FP8_E4M3_B128, FP8_E4M3_CHANNEL, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP8_E4M3
+from .formats import (BF16, FP8_E4M3, FP8_E4M3_B128, FP8_E4M3_CHANNEL, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP8_E4M3,
+                      NVFP4)
 from .variant import FEATURES, KernelVariant, canonical_name, companions
 
 DEFAULT_CATALOG_NAME = "ogsgen:default"
@@ -128,16 +129,17 @@ def default_catalog() -> Catalog:
         # gpt-oss ships mxfp4 expert weights (bf16 activations); fp8 weights with per-tensor or per-expert
         # scales, with fp8 or bf16 activations (DeepSeek-style and weight-only serving).
         # mxfp4 in both value layouts: strided (any GPU) and hopper (what prepare_expert_weights makes on Hopper).
+        # NVFP4: ModelOpt's FP4 checkpoints (DeepSeek-R1-FP4, Qwen3 FP4), bf16 activations.
         # The fp8 checkpoints most MoE models ship: DeepSeek-style 128 x 128 block scales and per-channel scales,
         # with activations quantized to match at the call.
-        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, FP8_E4M3, BF16),
-                          (FP8_E4M3, FP8_E4M3, BF16), *_BLOCK_F32],
+        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, NVFP4, BF16),
+                          (BF16, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, BF16), *_BLOCK_F32],
                          activations=(None, swiglu), ragged=(True,), gather=(True,), bias=(False, True)),
-        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, FP8_E4M3, BF16),
-                          (FP8_E4M3, FP8_E4M3, BF16), *_BLOCK_F32],
+        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, NVFP4, BF16),
+                          (BF16, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, BF16), *_BLOCK_F32],
                          ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
-        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, MXFP8_E4M3, BF16),
-                          (BF16, FP8_E4M3, BF16),
+        *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, NVFP4, BF16),
+                          (BF16, MXFP8_E4M3, BF16), (BF16, FP8_E4M3, BF16),
                           (FP8_E4M3, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, FP8_E4M3), *_BLOCK_F32],
                          bias=(False, True)),
         # MX activations (mxfp8 x, upcast to bf16 in the kernel): gpt-oss's MLP with mxfp4 weights and no bf16

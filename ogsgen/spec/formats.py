@@ -8,11 +8,14 @@ A format is an element type plus how it is scaled:
   scale shared by ``block_size`` consecutive elements along K;
 * ``block_f32``: fp8 values times float32 scales, one per ``block_size`` values along K (0: all of K) and per
   row of x, per column or 128 columns of w (DeepSeek-style 128 x 128 blocks; per-channel weights with
-  per-row activations).
+  per-row activations);
+* ``block_e4m3``: e2m1 values packed two per byte times an e4m3 scale per ``block_size`` (16) values along K and
+  one float32 scale per tensor or per expert (NVFP4: NVIDIA ModelOpt's FP4 checkpoints).
 
 Where a kernel applies a format's scales (``NumericFormat.scales_apply``) follows from the scaling: to the values
 before the dot (MX: the weights are upcast), to each K group's partial product (``block_f32`` with a block), or
-once in the epilogue (flexpoint, ``block_f32`` over all of K).
+once in the epilogue (flexpoint, ``block_f32`` over all of K); NVFP4 has both: block scales on the values, its
+per-tensor scale in the epilogue.
 
 ``layout`` names how the values are arranged in memory: ``strided`` is an ordinary torch tensor;
 ``hopper`` is mxfp4 weights rearranged for the in-register upcast (``ogsgen.numerics.layouts``).
@@ -25,11 +28,18 @@ import torch
 
 from ..errors import SpecError
 
-SCALINGS = ("none", "flexpoint", "block_e8m0", "block_f32")
+SCALINGS = ("none", "flexpoint", "block_e8m0", "block_f32", "block_e4m3")
+# The element of a scaling's scales: e8m0 bytes (powers of two) or float32 values
+SCALE_ELEMENTS = {"none": None, "flexpoint": "fp32", "block_e8m0": "e8m0", "block_f32": "fp32", "block_e4m3": "e4m3"}
+# Scalings whose scales apply to the values, in registers, before the dot (their elements are upcast there)
+UPCAST_SCALINGS = ("block_e8m0", "block_e4m3")
+# Scalings with one float32 scale per tensor (or per expert or batch entry), applied in the epilogue
+GLOBAL_SCALINGS = ("flexpoint", "block_e4m3")
 LAYOUTS = ("strided", "hopper")
 
 MX_BLOCK = 32  # values along K that share one e8m0 scale (the OCP MX block)
 FP8_BLOCK = 128  # values along K (and columns of w) that share one float32 scale in DeepSeek-style fp8
+NVFP4_BLOCK = 16  # values along K that share one e4m3 scale in NVFP4
 
 
 @dataclass(frozen=True)
@@ -80,11 +90,14 @@ class NumericFormat:
         if self.scaling == "block_f32" and self.block_size not in (0, FP8_BLOCK):
             raise SpecError(f"format {self.element}: 'block_f32' scales take block_size {FP8_BLOCK} (a scale per "
                             f"{FP8_BLOCK} values of K) or 0 (one for all of K), got {self.block_size}")
-        if self.scaling not in ("block_e8m0", "block_f32") and self.block_size:
+        if self.scaling == "block_e4m3" and (self.element, self.block_size) != ("e2m1", NVFP4_BLOCK):
+            raise SpecError(f"'block_e4m3' scaling is NVFP4: e2m1 values with block_size {NVFP4_BLOCK}, got "
+                            f"{self.element} with block_size {self.block_size}")
+        if self.scaling not in ("block_e8m0", "block_f32", "block_e4m3") and self.block_size:
             raise SpecError(f"format {self.element}: block_size applies to 'block_e8m0' and 'block_f32' scaling, not "
-                            f"{self.scaling!r}")
-        if self.element == "e2m1" and self.scaling != "block_e8m0":
-            raise SpecError("e2m1 (fp4) values need block_e8m0 scales (use MXFP4)")
+                            f"{self.scaling!r} (and to NVFP4's 'block_e4m3')")
+        if self.element == "e2m1" and self.scaling not in UPCAST_SCALINGS:
+            raise SpecError("e2m1 (fp4) values need block_e8m0 scales (use MXFP4) or block_e4m3 scales (NVFP4)")
         if self.layout == "hopper" and (self.element, self.scaling) != ("e2m1", "block_e8m0"):
             raise SpecError(f"the hopper layout holds mxfp4 values, not {self.element} ({self.scaling})")
         if self.scaling in ("flexpoint", "block_f32") and self.bits != 8:
@@ -101,9 +114,26 @@ class NumericFormat:
         accumulated products)."""
         if self.scaling == "none":
             return "none"
-        if self.scaling == "block_e8m0":
+        if self.scaling in UPCAST_SCALINGS:
             return "operand"
         return "k_group" if self.scaling == "block_f32" and self.block_size else "epilogue"
+
+    @property
+    def scale_element(self) -> str | None:
+        """The element of the block scales: 'e8m0' (uint8 powers of two), 'e4m3', 'fp32', or None for plain
+        values."""
+        return SCALE_ELEMENTS[self.scaling]
+
+    @property
+    def has_global_scale(self) -> bool:
+        """One float32 scale for the whole tensor (or one per expert or batch entry)."""
+        return self.scaling in GLOBAL_SCALINGS
+
+    @property
+    def has_block_scales(self) -> bool:
+        """Scales that vary along K or across rows and columns (MX, fp8 block and channel scales), not one
+        per tensor."""
+        return self.scaling in ("block_e8m0", "block_f32", "block_e4m3")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -115,6 +145,8 @@ class NumericFormat:
         """Short name used inside canonical kernel names."""
         if self.scaling == "block_e8m0":
             base = "mxfp4" if self.element == "e2m1" else f"mxfp8{self.element}"
+        elif self.scaling == "block_e4m3":
+            base = "nvfp4"
         elif self.scaling == "flexpoint":
             base = f"fp8{self.element}"
         elif self.scaling == "block_f32":
@@ -139,9 +171,10 @@ MXFP8_E4M3 = NumericFormat("e4m3", "block_e8m0", MX_BLOCK)
 MXFP8_E5M2 = NumericFormat("e5m2", "block_e8m0", MX_BLOCK)
 FP8_E4M3_B128 = NumericFormat("e4m3", "block_f32", FP8_BLOCK)   # w: 128 x 128 blocks; x: per row, 128 of K
 FP8_E4M3_CHANNEL = NumericFormat("e4m3", "block_f32", 0)        # w: per column; x: per row (or per tensor)
+NVFP4 = NumericFormat("e2m1", "block_e4m3", NVFP4_BLOCK)         # w: e4m3 scales per 16 of K, a global scale
 
 BY_NAME = {f.name: f for f in (BF16, FP16, FP32, FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2,
-                                FP8_E4M3_B128, FP8_E4M3_CHANNEL)}
+                                FP8_E4M3_B128, FP8_E4M3_CHANNEL, NVFP4)}
 
 _PLAIN_BY_DTYPE = {f.torch_dtype: f for f in (BF16, FP16, FP32)}
 FLEX_BY_DTYPE = {f.torch_dtype: f for f in (FP8_E4M3, FP8_E5M2)}      # an fp8 tensor with a flexpoint scale

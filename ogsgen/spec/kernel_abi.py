@@ -8,8 +8,9 @@ writes each kernel's signature and ``do_not_specialize`` list from these lists (
 ``per_call_names``); the runtime builds a launch's arguments by walking the same lists (``parameters``), so a
 parameter cannot be added to a kernel and forgotten by its launch, or the reverse.
 
-A value function reads the runtime's launch inputs ``a`` (``ogsgen.runtime.arguments``): ``a.call`` (x, w, m, n, k,
-batch, routing, gather_indx, scatter_indx, act, epi, pc: what every kernel of a call shares), ``a.out`` (the tensor
+A value function reads the runtime's launch inputs ``a`` (``ogsgen.runtime.arguments``): ``a.call`` (x_op and w_op,
+the operands' values with their scales (``ogsgen.spec.operands``), m, n, k, batch, routing, gather_indx,
+scatter_indx, act, epi, pc: what every kernel of a call shares), ``a.out`` (the tensor
 the kernel writes), the launch's operands (bias, betas, gammas, y_acc_in, out_alpha, split_k, preact), its tile sizes and
 the values the runtime derives (descriptors, schedules, program counts).
 """
@@ -81,11 +82,12 @@ def _x_mx_batched(v): return _x_mx(v) and not v.ragged
 def _w_mx(v): return v.w.scales_apply == "operand"
 def _upcasts(v): return v.upcasts_in_registers
 def _w_hopper(v): return v.w.layout == "hopper"
-def _x_flex(v): return v.x.scaling == "flexpoint"
-def _w_flex(v): return v.w.scaling == "flexpoint"
+def _x_global(v): return v.x.has_global_scale
+def _w_global(v): return v.w.has_global_scale
 def _y_flex(v): return v.y.scaling == "flexpoint"
-def _x_block_f32(v): return v.x.scaling == "block_f32"
-def _w_block_f32(v): return v.w.scaling == "block_f32"
+# block scales applied to the products, per K group or in the epilogue (not to the values, as _x_mx / _w_mx)
+def _x_scales_products(v): return v.x.has_block_scales and v.x.scales_apply != "operand"
+def _w_scales_products(v): return v.w.has_block_scales and v.w.scales_apply != "operand"
 def _k_groups(v): return v.w.scales_apply == "k_group"
 def _y_mx(v): return v.y.scaling == "block_e8m0"
 def _y_mx_batched(v): return _y_mx(v) and not v.ragged
@@ -131,19 +133,9 @@ def _out_scale_batch_stride(a) -> int:
     return int(any(s is not None and s.numel() > 1 for s in (out.expected_scale, out.actual_scale)))
 
 
-def _w_flex_scale_stride(a) -> int:
-    scale = a.call.pc.flex_ctx.rhs_data.scale
-    return 1 if scale is not None and scale.numel() > 1 else 0
-
-
 def _x_block_scale_stride_m(a) -> int:
-    scale = a.call.pc.act_scale  # one per row, or one for the tensor (a static activation scale)
+    scale = a.call.x_op.block_scales  # one per row, or one for the tensor (a static activation scale)
     return scale.stride(0) if scale.numel() > 1 else 0
-
-
-def _w_scale_block_n(a) -> int:
-    # 128 x 128 blocks, or one scale per column (prepare_expert_weights' interleaved gate/up columns)
-    return 1 if a.call.pc.weight_scale.shape[-1] == a.call.n else 128
 
 
 def _bias_batch_stride(a) -> int:
@@ -224,30 +216,30 @@ TILED = (
      Param("stride_x_m", lambda a: a.call.x.stride(-2)),
      Param("stride_x_k", lambda a: a.call.x.stride(-1))),
     # MX activations: e8m0 scales per 32 values of K, one row of them per row of x
-    (Param("XMxScale", lambda a: a.call.pc.act_scale, _x_mx),
-     Param("stride_xmx_b", lambda a: _batch_stride(a.call.pc.act_scale), _x_mx_batched),
-     Param("stride_xmx_m", lambda a: a.call.pc.act_scale.stride(-2), _x_mx),
-     Param("stride_xmx_k", lambda a: a.call.pc.act_scale.stride(-1), _x_mx)),
+    (Param("XMxScale", lambda a: a.call.x_op.block_scales, _x_mx),
+     Param("stride_xmx_b", lambda a: _batch_stride(a.call.x_op.block_scales), _x_mx_batched),
+     Param("stride_xmx_m", lambda a: a.call.x_op.block_scales.stride(-2), _x_mx),
+     Param("stride_xmx_k", lambda a: a.call.x_op.block_scales.stride(-1), _x_mx)),
     (Param("W", lambda a: a.call.w),
      Param("stride_w_b", lambda a: _batch_stride(a.call.w)),
      Param("stride_w_k", _stride_w_k),
      Param("stride_w_n", _stride_w_n)),
-    (Param("WMxScale", lambda a: a.call.pc.weight_scale, _w_mx),
-     Param("stride_wmx_b", lambda a: _batch_stride(a.call.pc.weight_scale), _w_mx),
-     Param("stride_wmx_k", lambda a: a.call.pc.weight_scale.stride(-2), _w_mx),
-     Param("stride_wmx_n", lambda a: a.call.pc.weight_scale.stride(-1), _w_mx)),
-    (Param("XScale", lambda a: a.call.pc.flex_ctx.lhs_data.scale, _x_flex),),
-    (Param("WScale", lambda a: a.call.pc.flex_ctx.rhs_data.scale, _w_flex),
-     Param("stride_wscale_b", _w_flex_scale_stride, _w_flex)),
+    (Param("WMxScale", lambda a: a.call.w_op.block_scales, _w_mx),
+     Param("stride_wmx_b", lambda a: _batch_stride(a.call.w_op.block_scales), _w_mx),
+     Param("stride_wmx_k", lambda a: a.call.w_op.block_scales.stride(-2), _w_mx),
+     Param("stride_wmx_n", lambda a: a.call.w_op.block_scales.stride(-1), _w_mx)),
+    (Param("XScale", lambda a: a.call.x_op.global_scale, _x_global),),
+    (Param("WScale", lambda a: a.call.w_op.global_scale, _w_global),
+     Param("stride_wscale_b", lambda a: int(a.call.w_op.global_scale_per_batch), _w_global)),
     # fp8 with float32 block scales: x's per row (and 128 columns of K), w's per column or 128 (and 128 rows of K)
-    (Param("XBlockScales", lambda a: a.call.pc.act_scale, _x_block_f32),
-     Param("stride_xbs_m", _x_block_scale_stride_m, _x_block_f32),
-     Param("stride_xbs_k", lambda a: a.call.pc.act_scale.stride(-1), _k_groups)),
-    (Param("WBlockScales", lambda a: a.call.pc.weight_scale, _w_block_f32),
-     Param("stride_wbs_b", lambda a: _batch_stride(a.call.pc.weight_scale), _w_block_f32),
-     Param("stride_wbs_k", lambda a: a.call.pc.weight_scale.stride(-2), _k_groups),
-     Param("stride_wbs_n", lambda a: a.call.pc.weight_scale.stride(-1), _w_block_f32),
-     Param("W_SCALE_BLOCK_N", _w_scale_block_n, _k_groups, constexpr=True)),
+    (Param("XBlockScales", lambda a: a.call.x_op.block_scales, _x_scales_products),
+     Param("stride_xbs_m", _x_block_scale_stride_m, _x_scales_products),
+     Param("stride_xbs_k", lambda a: a.call.x_op.block_scales.stride(-1), _k_groups)),
+    (Param("WBlockScales", lambda a: a.call.w_op.block_scales, _w_scales_products),
+     Param("stride_wbs_b", lambda a: _batch_stride(a.call.w_op.block_scales), _w_scales_products),
+     Param("stride_wbs_k", lambda a: a.call.w_op.block_scales.stride(-2), _k_groups),
+     Param("stride_wbs_n", lambda a: a.call.w_op.block_scales.stride(-1), _w_scales_products),
+     Param("W_SCALE_BLOCK_N", lambda a: a.call.w_op.scale_block_n, _k_groups, constexpr=True)),
     _FLEX_OUTPUT,
     _MX_OUTPUT,
     (Param("SliceSizes", lambda a: a.call.routing.expt_data.slice_sizes, _ragged),

@@ -150,7 +150,8 @@ class KernelVariant:
         registers, each block's e8m0 scale folded into its values relative to the largest of its column's blocks in
         the K step; the rest of that scale and x's scale multiply the step's product (fp8 tensor cores for mxfp4
         weights without block-scaled MMA: docs/formats.md, "fp8 activations with mxfp4 weights")."""
-        return self.w.element == "e2m1" and self.x.element == "e4m3" and self.x.scales_apply == "epilogue"
+        return self.w.scale_element == "e8m0" and self.w.element == "e2m1" and self.x.element == "e4m3" \
+            and self.x.scales_apply == "epilogue"
 
     @property
     def dot_element(self) -> str:
@@ -187,7 +188,8 @@ class KernelVariant:
 
         Paths: x, w and y plain (bf16, fp16, fp32) with x == w; fp8 flexpoint w with fp8 x (an fp8
         dot) or with bf16/fp16 x (w upcast in the kernel); MX weights (mxfp4, mxfp8) with bf16/fp16
-        x, dequantized in the kernel; fp8 flexpoint x with fp8 w; mxfp8 x (MX activations) with bf16, MX or fp8
+        x, dequantized in the kernel; NVFP4 weights with bf16/fp16 x, likewise (their global scale in the
+        epilogue); fp8 flexpoint x with fp8 w; mxfp8 x (MX activations) with bf16, MX or fp8
         flexpoint w, every operand upcast to bf16 in the kernel; e4m3 x scaled per tensor (flexpoint) or per row
         (fp8e4m3_channel) with mxfp4 w, converted to e4m3 in the kernel (``folds_mx_scales``); fp8 flexpoint y;
         e4m3 x and w with float32 block scales of one format (fp8e4m3_b128, fp8e4m3_channel) and a plain y.
@@ -226,6 +228,9 @@ class KernelVariant:
                 raise UnsupportedError(f"{name}: fp8 block-scaled products write a plain output (bf16, fp16, fp32)")
             return
         x_plain = self.x.scaling == "none"
+        if self.w.scale_element == "e4m3" and not (x_plain and self.x.bits == 16):
+            raise UnsupportedError(f"{name}: {self.w.name} weights are upcast to x's bf16 or fp16 in the kernel, so x "
+                                   f"must be bf16 or fp16, not {self.x.name}")
         if self.w.scaling == "block_e8m0" and not (x_upcast or (x_plain and self.x.bits == 16)):
             raise UnsupportedError(f"{name}: MX weights need bf16, fp16 or mxfp8 x (dequantized in the kernel), or "
                                    f"e4m3 x scaled per tensor or per row with mxfp4 weights; not {self.x.name} x "
