@@ -280,7 +280,7 @@ def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tup
             raise SpecError(f"precision_config.flex_ctx.out_data.{name} is set but the output is {y_fmt.name}; "
                             f"set precision_config.out_dtype to an fp8 dtype or drop the scale")
         check_tensor(scale, f"precision_config.flex_ctx.out_data.{name}", dtype=torch.float32)
-    if w_fmt.scaling == "block_e8m0":
+    if w_fmt.scale_element == "e8m0":
         scale = pc.weight_scale
         k_blocks = -(-k // MX_BLOCK)
         expected = (w_batch, k_blocks, n) if w.ndim == 3 else (k_blocks, n)
@@ -293,7 +293,7 @@ def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tup
                             f"as padding: they are not read), got {shape}")
     if x_fmt.scaling == "block_f32" and pc.act_scale is not None:
         _check_act_scale(pc.act_scale, x_fmt, x_lead[-1], k)
-    if x_fmt.scaling == "block_e8m0":
+    if x_fmt.scale_element == "e8m0":
         _check_mx_act_scale(pc.act_scale, x_lead, k)
     fp8_dot = x_fmt.bits == 8 and (w_fmt.scaling in ("flexpoint", "block_f32") or (
         x_fmt.scales_apply == "epilogue" and w_fmt.element == "e2m1"))
