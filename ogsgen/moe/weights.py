@@ -63,6 +63,9 @@ class PreparedWeights:
     scale: torch.Tensor | None = None          # fp8, nvfp4 (its global scale): float32 (E,) or one for all
     gate_up: str | None = None
     layout: str = "out_in"
+    # fp8e4m3_b128 and fp8e4m3_channel: the columns of w one weight scale covers, 128 or 1 (channel scales, and b128
+    # scales repeated per column by the gate/up interleave)
+    weight_scale_block_n: int | None = None
 
     def precision_config(self, **fields) -> PrecisionConfig:
         """A PrecisionConfig carrying these weights' scales (plus any other fields given)."""
@@ -81,8 +84,7 @@ class PreparedWeights:
             dense = dequantize_mx_torch(values.mT, self.weight_scale.mT, _MX[self.format]).mT
         elif self.format in _FP8_BLOCKS:
             k_block = FP8_BLOCK if self.format == "fp8e4m3_b128" else 0
-            n_block = 1 if self.weight_scale.shape[-1] == self.w.shape[-1] else FP8_BLOCK
-            dense = dequantize_fp8_torch(self.w, self.weight_scale, (k_block, n_block))
+            dense = dequantize_fp8_torch(self.w, self.weight_scale, (k_block, self.weight_scale_block_n))
         elif self.scale is not None:
             dense = self.w.float() * self.scale[:, None, None]
         else:
@@ -332,9 +334,10 @@ def _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format,
 
 def _prepared_fp8_blocks(values, scales, bias, format, gate_up, layout) -> PreparedWeights:
     """PreparedWeights of K-contiguous e4m3 values (E, N, K) and their scales (E, out blocks, in blocks)."""
+    block_n = 1 if format == "fp8e4m3_channel" else FP8_BLOCK
     if gate_up == "concatenated":
-        if scales.shape[1] != values.shape[1]:  # blocks of 128 columns split by the interleaving: one scale a column
-            scales = scales.repeat_interleave(FP8_BLOCK, dim=1)[:, :values.shape[1]]
+        if block_n > 1:  # blocks of 128 columns split by the interleaving: one scale a column
+            scales, block_n = scales.repeat_interleave(FP8_BLOCK, dim=1)[:, :values.shape[1]], 1
         values, scales = _interleave(values, 1), _interleave(scales, 1)
     return PreparedWeights(values.mT, _kernel_bias(bias, gate_up), format, weight_scale=scales.mT, gate_up=gate_up,
-                           layout=layout)
+                           layout=layout, weight_scale_block_n=block_n)

@@ -306,7 +306,7 @@ def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tup
                         f"ogsgen.prepare_expert_weights(..., format='{w_fmt.name}').precision_config() sets it")
     if x_fmt.scaling == "block_f32" and pc.act_scale is not None:
         _check_act_scale(pc.act_scale, x_fmt, x_lead[-1], k)
-    if x_fmt.scaling == "block_e8m0":
+    if x_fmt.scale_element == "e8m0":
         _check_mx_act_scale(pc.act_scale, x_lead, k)
     fp8_dot = x_fmt.bits == 8 and (w_fmt.scaling in ("flexpoint", "block_f32") or (
         x_fmt.scales_apply == "epilogue" and w_fmt.element == "e2m1"))

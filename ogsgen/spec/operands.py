@@ -27,11 +27,6 @@ class ScaledOperand:
     global_scale: torch.Tensor | None = None     # float32: one for the tensor, or one per expert or batch entry
 
     @property
-    def scale_element(self) -> str | None:
-        """The element of the block scales ('e8m0', 'fp32'), None without them."""
-        return self.format.scale_element
-
-    @property
     def global_scale_per_batch(self) -> bool:
         """One per-tensor scale per expert or batch entry, not one for the whole tensor."""
         return self.global_scale is not None and self.global_scale.numel() > 1
