@@ -1,6 +1,8 @@
 """Build matmul_ogs calls for a kernel variant and check them against matmul_ogs_torch."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from ogsgen import (Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData,
 from ogsgen.numerics import (FP8_BLOCK, actual_scale_torch, dequantize_fp8_torch, dequantize_mx_torch, quantize_fp8_torch,
                              quantize_mx, quantize_mx_torch, swizzle_mx_values)
 from ogsgen.numerics.mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK
+from ogsgen.numerics.nvfp4 import NVFP4_BLOCK, NVFP4_K_MULTIPLE, dequantize_nvfp4, quantize_nvfp4
 from ogsgen.spec import KernelVariant
 from ogsgen.testing import assert_close
 
@@ -142,6 +145,18 @@ class Operands:
             if variant.w.layout == "hopper":
                 self.w = swizzle_mx_values(values.mT)
             self.w_ref = dequantize_mx_torch(values, scales, variant.w.element).mT
+        elif variant.w.scaling == "block_e4m3":
+            # NVFP4: quantized per expert over K in whole 32s (the quantizer's unit), then cut to K's bytes and blocks
+            *lead, k, n = w_shape
+            whole_k = -(-k // NVFP4_K_MULTIPLE) * NVFP4_K_MULTIPLE
+            dense = torch.zeros(math.prod(lead), n, whole_k, device=device)
+            dense[..., :k] = torch.randn(math.prod(lead), n, k, device=device)
+            codes, scales, global_scale = quantize_nvfp4(dense, per_expert=True)
+            self.w_ref = dequantize_nvfp4(codes, scales, global_scale)[..., :k].mT.reshape(w_shape)
+            self.w = codes[..., :k // 2].mT.reshape(*w_shape[:-2], k // 2, n)
+            self.pc_fields["weight_scale"] = scales[..., :-(-k // NVFP4_BLOCK)].mT.reshape(
+                *w_shape[:-2], -(-k // NVFP4_BLOCK), n)
+            flex["rhs_data"] = InFlexData(scale=global_scale)
         else:
             self.w = _operand(w_shape, variant.w.torch_dtype, device, w_transposed)
             self.w_ref = self.w.float()
