@@ -146,3 +146,12 @@ def test_threads_calling_ogsgen_at_once_get_right_answers():
         for results in pool.map(moe_call, range(threads)):
             for ref, y in results:
                 assert_close(ref, y)
+
+
+def test_a_loop_bounded_by_cdiv_runs_with_any_numpy():
+    # Triton 3.6's interpreter makes `range(pid_k, tl.cdiv(K, BLOCK_K), split_k)` (the split-K loop) call int() on a
+    # 1-element array, which numpy 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars").
+    x, w = torch.randn(21, 100), torch.randn(100, 40)
+    with ogsgen.opt_flags_constraints(split_k=3, block_k=16):
+        y = ogsgen.matmul_ogs(x, w, None)
+    assert_close(x.double() @ w.double(), y, maxtol=1e-5, rmstol=1e-6)

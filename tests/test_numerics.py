@@ -44,8 +44,8 @@ SMALL_BLOCKS = dict(block_m=16, block_n=32, block_k=16)
 
 def small_blocks(variant):
     # MX weights carry a scale per 32 rows of K (hopper-layout ones come in 64-row groups), MX activations per 32
-    # columns, and an fp8 dot needs K tiles of 32 at least.
-    wide_k = variant.w.scaling == "block_e8m0" or variant.x.bits == 8
+    # columns, and an fp8 dot and weights upcast in registers need K tiles of 32 at least.
+    wide_k = variant.w.scales_apply == "operand" or variant.x.bits == 8  # (NVFP4 too: 16-deep steps are refused)
     blocks = dict(SMALL_BLOCKS, block_k=64 if variant.w.layout == "hopper" else 32 if wide_k else 16)
     if variant.y.scaling == "block_e8m0":  # an MX output's tiles hold whole 32-column scale blocks
         blocks = dict(blocks, block_n=32 * variant.reduction_n)

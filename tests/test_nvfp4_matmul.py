@@ -126,6 +126,10 @@ def test_errors(device):
                    precision_config=PrecisionConfig(weight_scale=prepared.weight_scale[0],
                                                     flex_ctx=FlexCtx(InFlexData(scale=torch.ones(1)),
                                                                      InFlexData(scale=prepared.scale[:1]))))
+    # 16-deep K steps (one scale block each) computed wrong results on an H100 (block_m=16, block_n=32): refused
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=16), \
+            pytest.raises(ogsgen.errors.InapplicableConstraintError, match="block_k=16: .* need block_k >= 32"):
+        matmul_ogs(x, prepared.w[0], None, precision_config=dense)
     with pytest.raises(SpecError, match="global_scale=weight_scale_2"):
         ogsgen.prepare_expert_weights((codes, scales), format="nvfp4")
     with pytest.raises(SpecError, match="global_scale must be a scalar"):

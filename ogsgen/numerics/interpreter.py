@@ -18,6 +18,9 @@ In every Triton release from 3.3 to 3.9 the interpreter emulates these operation
   for a NaN operand: they return the other operand, as the GPU's ``min.f32`` / ``max.f32`` do, and ``tl.clamp``
   of a NaN gives its upper bound (min first); with ``propagate_nan=tl.PropagateNan.ALL`` they give NaN, as
   ``min.NaN.f32`` does;
+* (Triton 3.6) a loop bound that is a kernel value, such as ``range(pid_k, tl.cdiv(K, BLOCK_K), split_k)``, is
+  converted with ``int()`` of a 1-element array, which numpy 2.4 refuses: it is converted from its one element
+  (when ogsgen is imported, even with OGSGEN_INTERPRETER_FIXES=0: it changes no result);
 * inline PTX does not run at all: ogsgen's own PTX blocks run by their definitions, in numpy (the packed e2m1 ->
   bf16 upcasts, bytes elementwise and hopper-layout words by their bit map; and the waiting kernels' marker, which
   only instructs ogsgen's compile, as nothing). Other inline assembly still raises NotImplementedError.
@@ -35,6 +38,7 @@ The interpreter is not thread-safe either: a launch keeps its state in module gl
 Under TRITON_INTERPRET=1, importing ``ogsgen.numerics`` makes interpreted launches take turns (a user's own kernels'
 too, :func:`serialize_launches`): threads calling ogsgen get right answers, one launch at a time.
 """
+import operator
 import os
 import threading
 
@@ -135,6 +139,22 @@ _PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16, E2M1_WORD_T
                     REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
 
 
+def convert_loop_bounds() -> None:
+    """Let Triton 3.6's interpreter take a kernel value as a loop bound under any numpy (idempotent). Installed on
+    import under the interpreter, even with OGSGEN_INTERPRETER_FIXES=0: without it most of ogsgen's kernels stop,
+    with it none computes differently."""
+    original = getattr(interpreter, "_patch_lang_tensor", None)  # (later releases convert the bound themselves)
+    if original is None or getattr(original, "_ogsgen_fixed", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: operator.index(self.handle.data.item()))
+
+    patch_lang_tensor._ogsgen_fixed = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
 def installed() -> bool:
     return getattr(interpreter.InterpreterBuilder, "_ogsgen_fixed", False)
 
@@ -193,6 +213,7 @@ def install() -> None:
             return self.binary_op(self.binary_op(arg, hi, np.fmin), lo, np.fmax)
         return self.ternary_op(arg, lo, hi, np.clip)
 
+    convert_loop_bounds()
     builder.create_minnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)
     builder.create_maxnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)
     builder.create_clampf = create_clampf
@@ -239,3 +260,4 @@ def serialize_launches() -> None:
 
 if interpreting():  # before any of ogsgen's kernels can launch (every module that defines one imports this package)
     serialize_launches()
+    convert_loop_bounds()

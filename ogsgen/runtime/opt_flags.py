@@ -418,6 +418,11 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if w_mx_layout == "hopper" and flags.block_n % 16:
         return (f"block_n={flags.block_n}: hopper-layout mxfp4 weights come in slabs of 16 columns of N, so block_n "
                 f"must be a multiple of 16")
+    if w_mx_layout is not None and flags.block_k < MX_BLOCK:  # (scale blocks of 16: NVFP4)
+        # On an H100 (Triton 3.6, 2026-12-06) 16-deep K steps of NVFP4 weights gave wrong results at block_m=16,
+        # block_n=32 (mma.sync), from an upcast that is exact alone: docs/formats.md, "NVFP4 weights".
+        return (f"block_k={flags.block_k}: weights upcast in registers need block_k >= {MX_BLOCK} (a 16-deep K step "
+                f"of them computes wrong results on the GPU)")
     if w_mx_layout is not None and flags.block_k % scale_block_k:
         return (f"block_k={flags.block_k}: mx weights carry one scale per {scale_block_k} rows of K, so block_k must "
                 f"be a multiple of {scale_block_k}")
