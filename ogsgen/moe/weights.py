@@ -25,6 +25,7 @@ from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_value
 from ..numerics.mx import MX_BLOCK, ROUNDINGS, dequantize_mx_torch
 from ..numerics.nvfp4 import NVFP4_BLOCK, _check_global_scale, dequantize_nvfp4, quantize_nvfp4
 from ..spec.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, MXFP4, MXFP8_E4M3, MXFP8_E5M2, format_named
+from ..spec.operands import ScaledOperand
 from ..types import FlexCtx, InFlexData, PrecisionConfig
 
 FORMATS = ("bf16", "fp16", "fp32", "fp8e4m3", "fp8e5m2", "mxfp4", "mxfp8e4m3", "mxfp8e5m2", "fp8e4m3_b128",
@@ -66,6 +67,14 @@ class PreparedWeights:
     # fp8e4m3_b128 and fp8e4m3_channel: the columns of w one weight scale covers, 128 or 1 (channel scales, and b128
     # scales repeated per column by the gate/up interleave)
     weight_scale_block_n: int | None = None
+
+    @property
+    def operand(self) -> torch.Tensor | SwizzledMxValues | ScaledOperand:
+        """The w to pass ``matmul_ogs``: the tensor for unscaled formats, else a ScaledOperand carrying the scales
+        (then pass no precision_config for them: ``matmul_ogs(x, prepared.operand, prepared.bias, ...)``)."""
+        if self.weight_scale is None and self.scale is None:
+            return self.w
+        return ScaledOperand.of(self.w, self.format, block_scales=self.weight_scale, global_scale=self.scale)
 
     def precision_config(self, **fields) -> PrecisionConfig:
         """A PrecisionConfig carrying these weights' scales (plus any other fields given)."""

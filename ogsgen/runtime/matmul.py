@@ -22,7 +22,7 @@ from . import memory, plans, wgmma_hazards
 from .arguments import Call, MatmulInputs, ReduceInputs, matmul_launch, reduce_launch
 from .inner import inner_matmul
 from .opt_flags import TileProblem, current_constraints, format_facts, make_opt_flags
-from .operands import describe_operands
+from .operands import describe_operands, unfold_declared
 from .descriptors import persistent_blocker, tma_blocker
 from .memory import resolve_lazy_views
 from .signature import SAME_ALLOWED, WRITTEN, call_signature
@@ -93,11 +93,14 @@ def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, p
     pc = precision_config if precision_config is not None else _DEFAULT_PRECISION
     act = fused_activation if fused_activation is not None else _NO_ACTIVATION
     epi = epilogue if epilogue is not None else _NO_EPILOGUE
+    declared = None
+    if w.__class__ is ScaledOperand:  # (its format enters the signature; its tensors the list, as a plain call's)
+        w, pc, declared = unfold_declared(w, pc)
     tensors = signature = None
     if fused_comm is None and inner_routing_data is None and not routing_checks.DEBUG:
         try:
             tensors, signature = call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas,
-                                                gammas, out_alpha, y, act, epi, y_acc_in, preact)
+                                                gammas, out_alpha, y, act, epi, y_acc_in, preact, declared)
             plan = plans.lookup(signature, tensors)
         except (AttributeError, TypeError):  # a malformed argument (the checked path says which) or unhashable
             tensors = plan = None
@@ -108,7 +111,7 @@ def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, p
             return plan.run(tensors)
     with plans.recording() as rec:
         y_out = _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas,
-                                    out_alpha, y, fused_comm, act, epi, y_acc_in, inner_routing_data, preact)
+                                    out_alpha, y, fused_comm, act, epi, y_acc_in, inner_routing_data, preact, declared)
     if tensors is not None:
         # (a guard where the caller passed a tensor the kernels write: y, the output scales, preact)
         guard = memory.DisjointGuard(tensors, WRITTEN, SAME_ALLOWED) \
@@ -158,7 +161,7 @@ def _warn_k_contiguous_once(w):
 
 
 def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y,
-                        fused_comm, act, epi, y_acc_in, inner_routing_data, preact=None):
+                        fused_comm, act, epi, y_acc_in, inner_routing_data, preact=None, declared=None):
     """``matmul_ogs`` with every argument checked, for the first call of a signature."""
     check_argument_types(x, w, routing_data, gather_indx, scatter_indx, pc, act, epi)
     reject_unsupported(pc)
@@ -172,7 +175,7 @@ def _checked_matmul_ogs(x, w, bias, routing_data, gather_indx, scatter_indx, pc,
         return inner_matmul(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
                             epi, y_acc_in, inner_routing_data)
     n = w.shape[-1]  # (a swizzled w's logical N)
-    x_op, w_op, y_fmt = describe_operands(x, w, pc)
+    x_op, w_op, y_fmt = describe_operands(x, w, pc, declared)
     x_fmt, w_fmt, x, w = x_op.format, w_op.format, x_op.values, w_op.values
     shape = check_call_shapes(x_op, w_op, y_fmt, n, routing_data, gather_indx, scatter_indx, pc, bias, betas, gammas,
                               out_alpha, y, fused_comm, act, epi, y_acc_in, preact)

@@ -4,6 +4,7 @@ that learns a format from dtypes, from which scales are present and from the sca
 against its operand; below it the runtime and the kernel parameters read the descriptors."""
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import torch
@@ -19,22 +20,25 @@ from ..types import PrecisionConfig
 from .validation import check_tensor
 
 
-def describe_operands(x, w, pc: PrecisionConfig) -> tuple[ScaledOperand, ScaledOperand, NumericFormat]:
-    """(x, w, the output's format) of a call; ``w`` a tensor or SwizzledMxValues. Raises an error naming the
+def describe_operands(x, w, pc: PrecisionConfig, declared: NumericFormat | None = None
+                      ) -> tuple[ScaledOperand, ScaledOperand, NumericFormat]:
+    """(x, w, the output's format) of a call; ``w`` a tensor or SwizzledMxValues, of the ``declared`` format (with
+    its scales in ``pc``: ``unfold_declared``) or of the one its dtype and scales say. Raises an error naming the
     argument and the fix for a dtype, shape or scale that no format explains."""
     _check_act_scale_dtype(pc)
     check_tensor(x, "x", ndims=(2, 3))
+    names = _CONFIG_NAMES if declared is None else _DECLARED_NAMES
     if not isinstance(w, SwizzledMxValues):
         check_tensor(w, "w", ndims=(2, 3))
         w = reinterpret(w, pc.flex_ctx.rhs_data.dtype, "w")
     x = reinterpret(x, pc.flex_ctx.lhs_data.dtype, "x")
-    x_fmt, w_fmt, y_fmt, k = _formats(x, w, pc)
+    x_fmt, w_fmt, y_fmt, k = _formats(x, w, pc, declared, names)
     values, n = (w.data if isinstance(w, SwizzledMxValues) else w), w.shape[-1]
     if x.shape[-1] != k:
         packed = f" (packed {w_fmt.name}: 2 values per byte)" if w_fmt.element == "e2m1" else ""
         raise SpecError(f"x has K={x.shape[-1]} columns but w has {k} rows{packed} "
                         f"(w is (..., K, N) = {tuple(w.shape)})")
-    _check_scales(pc, x_fmt, w_fmt, y_fmt, values, k, n, tuple(x.shape[:-1]))
+    _check_scales(pc, x_fmt, w_fmt, y_fmt, values, k, n, tuple(x.shape[:-1]), names)
     w_scales = pc.weight_scale if w_fmt.has_block_scales else None
     if w_fmt.scale_element == "e4m3":  # their bits: the kernel's masked loads fill 0, which Triton's interpreter
         w_scales = w_scales.view(torch.uint8)  # cannot cast to fp8 (the upcast reads e4m3 bits)
@@ -44,6 +48,22 @@ def describe_operands(x, w, pc: PrecisionConfig) -> tuple[ScaledOperand, ScaledO
                          global_scale=pc.flex_ctx.lhs_data.scale)
     w_op = ScaledOperand(values, w_fmt, k, w_scales, scale_block_n, global_scale=pc.flex_ctx.rhs_data.scale)
     return x_op, w_op, y_fmt
+
+
+# What the errors call w's block scales and per-tensor scale: the config's fields, or a declared w's
+_CONFIG_NAMES = ("precision_config.weight_scale", "precision_config.flex_ctx.rhs_data.scale")
+_DECLARED_NAMES = ("w.block_scales", "w.global_scale")
+
+
+def unfold_declared(w: ScaledOperand, pc: PrecisionConfig):
+    """(values, the config with w's scales in the fields that carry them for plain tensors, w's format) of a
+    declared w, for ``describe_operands(..., declared=format)``: the call's signature and its plan see the tensors
+    as a plain call's."""
+    if pc.weight_scale is not None or pc.flex_ctx.rhs_data.scale is not None:
+        raise SpecError("w is a ScaledOperand, which carries its own scales: drop precision_config.weight_scale and "
+                        "precision_config.flex_ctx.rhs_data.scale")
+    flex = replace(pc.flex_ctx, rhs_data=replace(pc.flex_ctx.rhs_data, scale=w.global_scale))
+    return w.values, replace(pc, weight_scale=w.block_scales, flex_ctx=flex), w.format
 
 
 def _check_act_scale_dtype(pc: PrecisionConfig) -> None:
@@ -92,8 +112,9 @@ def _unwrap_swizzled(w, x):
     return w.data, MXFP4_HOPPER, w.k
 
 
-def _formats(x, w, pc: PrecisionConfig):
-    """(x format, w format, y format, logical K) of a call, from dtypes and the precision config."""
+def _formats(x, w, pc: PrecisionConfig, declared: NumericFormat | None, names: tuple[str, str]):
+    """(x format, w format, y format, logical K) of a call: w's as declared, else from dtypes and the precision
+    config."""
     if _mx_activations(pc):
         x_fmt = _mx_activation_format(x)
     elif x.dtype in FLEX_BY_DTYPE:
@@ -101,15 +122,25 @@ def _formats(x, w, pc: PrecisionConfig):
     else:
         x_fmt = plain_format_of(x.dtype, "x")
     k = w.shape[-2]
-    if isinstance(w, SwizzledMxValues):
+    if declared is not None:
+        if isinstance(w, SwizzledMxValues):
+            w, w_fmt, k = _unwrap_swizzled(w, x)
+        else:
+            w_fmt, k = declared, k * (2 if declared.element == "e2m1" else 1)
+        if w_fmt.scaling == "block_f32":
+            check_tensor(pc.weight_scale, names[0], dtype=torch.float32)
+            shown = _block_f32_weight_format(w, pc.weight_scale, names[0])
+            if shown != w_fmt and k > FP8_BLOCK:  # (up to 128 rows of K a column's scale is a block's too)
+                raise SpecError(f"{names[0]} of shape {tuple(pc.weight_scale.shape)} holds {shown.name} scales, but "
+                                f"w was declared {w_fmt.name}")
+    elif isinstance(w, SwizzledMxValues):
         if pc.weight_scale is None:
             raise SpecError("w holds swizzled mxfp4 values but precision_config.weight_scale is None; pass their "
                             "e8m0 scales")
         w, w_fmt, k = _unwrap_swizzled(w, x)
     elif pc.weight_scale is not None and w.dtype == torch.float8_e4m3fn and \
             getattr(pc.weight_scale, "dtype", None) == torch.float32:
-        w_fmt = _block_f32_weight_format(w, pc.weight_scale)
-        x_fmt = _block_f32_activation_format(x, pc.act_scale, w_fmt)
+        w_fmt = _block_f32_weight_format(w, pc.weight_scale, names[0])
     elif pc.weight_scale is not None:
         if w.dtype == torch.uint8:  # two e2m1 values per byte along K; e4m3 block scales make it NVFP4
             nvfp4 = getattr(pc.weight_scale, "dtype", None) == torch.float8_e4m3fn
@@ -134,7 +165,9 @@ def _formats(x, w, pc: PrecisionConfig):
         w_fmt = plain_format_of(w.dtype, "w")
         if w_fmt != x_fmt and x_fmt.scaling == "none":
             raise SpecError(f"w.dtype ({w.dtype}) must equal x.dtype ({x.dtype}); convert one with .to()")
-    if w_fmt.element == "e2m1" and w_fmt.scale_element == "e8m0" and \
+    if w_fmt.scaling == "block_f32":
+        x_fmt = _block_f32_activation_format(x, pc.act_scale, w_fmt)
+    elif w_fmt.element == "e2m1" and w_fmt.scale_element == "e8m0" and \
             getattr(pc.act_scale, "dtype", None) == torch.float32:  # (mxfp4, either layout)
         x_fmt = _e4m3_rows_format(x, pc)
     elif w_fmt.scaling == "block_e8m0" and getattr(pc.act_scale, "dtype", None) == torch.float32:
@@ -187,7 +220,7 @@ def _e4m3_rows_format(x, pc: PrecisionConfig):
     return FP8_E4M3_CHANNEL
 
 
-def _block_f32_weight_format(w, scale):
+def _block_f32_weight_format(w, scale, name: str):
     """fp8e4m3_b128 or fp8e4m3_channel: e4m3 w with float32 weight scales, told apart by the scales' shape."""
     k, n = w.shape[-2:]
     blocks = (-(-k // FP8_BLOCK), -(-n // FP8_BLOCK))
@@ -195,7 +228,7 @@ def _block_f32_weight_format(w, scale):
     expected = {blocks: FP8_E4M3_B128, (blocks[0], n): FP8_E4M3_B128, (1, n): FP8_E4M3_CHANNEL}
     batch = tuple(w.shape[:-2])
     if scale.ndim != w.ndim or tuple(scale.shape[:-2]) != batch or tuple(scale.shape[-2:]) not in expected:
-        raise SpecError(f"precision_config.weight_scale for w of shape {tuple(w.shape)} (K={k}, N={n}) must be "
+        raise SpecError(f"{name} for w of shape {tuple(w.shape)} (K={k}, N={n}) must be "
                         f"{(*batch, 1, n)} (one scale per column: fp8e4m3_channel) or {(*batch, *blocks)} / "
                         f"{(*batch, blocks[0], n)} (per {FP8_BLOCK} x {FP8_BLOCK} block, or per {FP8_BLOCK} rows "
                         f"and column: fp8e4m3_b128), got {tuple(scale.shape)}; ogsgen.prepare_expert_weights makes "
@@ -262,12 +295,12 @@ def _check_mx_act_scale(scale, x_lead: tuple, k: int) -> None:
                         f"row of x: shape {expected} for x of shape {(*x_lead, k)}, got {tuple(scale.shape)}")
 
 
-def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tuple):
+def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tuple, names: tuple[str, str]):
     """Each scale of the precision config against the operand it scales: its dtype and shape."""
     flex = pc.flex_ctx
     w_batch = w.shape[0] if w.ndim == 3 else 1
     for name, scale, fmt, lengths in (("precision_config.flex_ctx.lhs_data.scale", flex.lhs_data.scale, x_fmt, (1,)),
-                                      ("precision_config.flex_ctx.rhs_data.scale", flex.rhs_data.scale, w_fmt,
+                                      (names[1], flex.rhs_data.scale, w_fmt,
                                        (1, w_batch))):
         if scale is None:
             continue
@@ -291,12 +324,12 @@ def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tup
         k_blocks = -(-k // block)
         expected = (w_batch, k_blocks, n) if w.ndim == 3 else (k_blocks, n)
         dtype = torch.uint8 if element == "e8m0" else ELEMENTS[element].torch_dtype  # (e8m0 codes are bytes)
-        check_tensor(scale, "precision_config.weight_scale", dtype=dtype)
+        check_tensor(scale, names[0], dtype=dtype)
         # K groups past cdiv(K, block) are padding, never read: vLLM pads mxfp4's to a multiple of 4 on Hopper
         shape = tuple(scale.shape)
         if len(shape) != len(expected) or shape[-2] < k_blocks or shape[:-2] + shape[-1:] != expected[:-2] + (n,):
             unit = "byte" if element == "e8m0" else "scale"
-            raise SpecError(f"precision_config.weight_scale must hold one {element} {unit} per {block} values of K: "
+            raise SpecError(f"{names[0]} must hold one {element} {unit} per {block} values of K: "
                             f"shape {expected} for w of logical shape (..., K={k}, N={n}) (more K groups may follow, "
                             f"as padding: they are not read), got {shape}")
     if w_fmt.has_global_scale and w_fmt.has_block_scales and flex.rhs_data.scale is None:

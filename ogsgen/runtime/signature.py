@@ -19,9 +19,10 @@ SAME_ALLOWED = ((_FIRST_TENSORS.index("y"), _FIRST_TENSORS.index("y_acc_in")),)
 
 
 def call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
-                   epi, y_acc_in, preact) -> tuple[list, tuple]:
-    """(the call's tensors in a fixed order, its signature): everything the checked path reads. Non-tensor
-    entries of the list (None, function argument values) enter the signature by type and value."""
+                   epi, y_acc_in, preact, declared=None) -> tuple[list, tuple]:
+    """(the call's tensors in a fixed order, its signature): everything the checked path reads (``declared``: the
+    format of a w declared as a ScaledOperand). Non-tensor entries of the list (None, function argument values)
+    enter the signature by type and value."""
     swizzled = w.__class__ is SwizzledMxValues
     flex = pc.flex_ctx
     lhs, rhs, out = flex.lhs_data, flex.rhs_data, flex.out_data
@@ -30,7 +31,7 @@ def call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, beta
                pc.act_scale, lhs.scale, rhs.scale, out.expected_scale, out.actual_scale, flex.acc_data.scale, preact]
     scalars = [current_constraints(), out_alpha.__class__, out_alpha, pc.acc_scale, pc.max_num_imprecise_acc,
                pc.allow_tf32, pc.flexpoint_saturate_inf, pc.out_dtype, pc.enforce_bitwise_invariance, lhs.dtype,
-               rhs.dtype, act.specs, epi.specs,
+               rhs.dtype, act.specs, epi.specs, declared,
                (w.k, w.n, w.layout, w.capability) if swizzled else None,
                routing_data is None, gather_indx is None, scatter_indx is None]
     derived = ()

@@ -4,8 +4,9 @@ A :class:`ScaledOperand` names everything a kernel needs to read an operand: the
 bytes and swizzled words included), its :class:`~ogsgen.spec.formats.NumericFormat` (element, scaling, block along
 K, value layout), its logical K, its block scales (the scale element and block come from the format; the columns of
 w that share one scale from the scales' layout) and its per-tensor scale (one float32 for the tensor, or one per
-expert or batch entry). ``matmul_ogs`` builds one for x and one for w at its entry (``ogsgen.runtime.operands``,
-from the tensors and the PrecisionConfig); the kernel parameters (``kernel_abi``) read them, so that nothing in
+expert or batch entry). ``matmul_ogs`` takes w as one (:meth:`ScaledOperand.of` declares it, and
+``prepare_expert_weights(...).operand`` is one), or builds x's and w's at its entry from plain tensors and the
+PrecisionConfig (``ogsgen.runtime.operands``); the kernel parameters (``kernel_abi``) read them, so that nothing in
 between learns a format from dtypes or shapes again.
 """
 from __future__ import annotations
@@ -14,17 +15,66 @@ from dataclasses import dataclass
 
 import torch
 
-from .formats import NumericFormat
+from ..errors import SpecError, SpecTypeError
+from .formats import BY_NAME, FP8_BLOCK, MXFP4, MXFP4_HOPPER, NumericFormat, format_named
 
 
 @dataclass(frozen=True)
 class ScaledOperand:
-    values: torch.Tensor
+    values: torch.Tensor                         # (a SwizzledMxValues, as declared, until matmul_ogs's entry)
     format: NumericFormat
     k: int                                       # logical K: a packed or swizzled tensor's rows are not
     block_scales: torch.Tensor | None = None     # one per format.block_size values of K (0: all of K)
     scale_block_n: int = 1                       # w: columns that share one block scale (1, or 128 for 128 x 128)
     global_scale: torch.Tensor | None = None     # float32: one for the tensor, or one per expert or batch entry
+
+    @classmethod
+    def of(cls, values, format: str | NumericFormat, *, block_scales: torch.Tensor | None = None,
+           global_scale: torch.Tensor | None = None) -> "ScaledOperand":
+        """Weights declared by their format, for ``matmul_ogs(x, w, ...)``: nothing is inferred from dtypes.
+
+        ``values`` (..., K, N) as the format stores them: packed e2m1 bytes (uint8 (..., K // 2, N), two values a
+        byte along K, the low nibble first), a ``SwizzledMxValues`` (mxfp4), or fp8. ``format`` names one of
+        ``ogsgen.spec.formats.BY_NAME`` ("mxfp4", "nvfp4", "mxfp8e4m3", "fp8e4m3_b128", "fp8e4m3_channel",
+        "fp8e4m3", ...). ``block_scales``: e8m0 bytes (uint8), e4m3 (float8_e4m3fn) or float32, as the format's
+        scale element, (..., cdiv(K, block), N) (fp8e4m3_b128: or (..., cdiv(K, 128), cdiv(N, 128)); channel:
+        (..., 1, N)). ``global_scale``: float32, one element or one per expert. Shapes are checked against the
+        call's x by ``matmul_ogs``, whose errors name ``w.block_scales`` and ``w.global_scale``.
+        """
+        from ..numerics.layouts import SwizzledMxValues  # (numerics imports the spec layer)
+        fmt = format_named(format) if isinstance(format, str) else format
+        if not isinstance(fmt, NumericFormat):
+            raise SpecTypeError(f"format must be a format name or a NumericFormat, got {type(format).__name__}")
+        if fmt.scaling == "none":
+            raise SpecError(f"format {fmt.name!r} has no scales: pass the tensor itself as w; the scaled formats are "
+                            f"{sorted(name for name, f in BY_NAME.items() if f.scaling != 'none')}")
+        swizzled = isinstance(values, SwizzledMxValues)
+        if swizzled != (fmt.layout == "hopper") and not (swizzled and fmt == MXFP4):
+            raise SpecError(f"values in the hopper layout are a SwizzledMxValues (ogsgen.swizzle_mx_values) of "
+                            f"mxfp4 values; format {fmt.name!r} takes a tensor of {fmt.torch_dtype}")
+        if not swizzled:
+            if not isinstance(values, torch.Tensor):
+                raise SpecTypeError(f"values must be a torch.Tensor or SwizzledMxValues, got {type(values).__name__}")
+            if values.dtype != fmt.torch_dtype or values.ndim not in (2, 3):
+                raise SpecError(f"{fmt.name} values must be {fmt.torch_dtype} of 2 or 3 dimensions (..., K"
+                                f"{' // 2' if fmt.element == 'e2m1' else ''}, N), got {values.dtype} of shape "
+                                f"{tuple(values.shape)}")
+        for name, tensor, needed in (("block_scales", block_scales, fmt.has_block_scales),
+                                     ("global_scale", global_scale, fmt.has_global_scale and fmt.has_block_scales)):
+            if tensor is not None and not isinstance(tensor, torch.Tensor):
+                raise SpecTypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+            if needed and tensor is None:
+                raise SpecError(f"{fmt.name} weights need their {name}: pass {name}=...")
+        if block_scales is not None and not fmt.has_block_scales:
+            raise SpecError(f"{fmt.name} has no block scales: drop block_scales")
+        if global_scale is not None and not fmt.has_global_scale:
+            raise SpecError(f"{fmt.name} has no per-tensor scale: drop global_scale")
+        if swizzled:
+            return cls(values, MXFP4_HOPPER, values.k, block_scales, global_scale=global_scale)
+        k = values.shape[-2] * (2 if fmt.element == "e2m1" else 1)
+        n = values.shape[-1]
+        scale_block_n = FP8_BLOCK if fmt.scaling == "block_f32" and block_scales.shape[-1] != n else 1
+        return cls(values, fmt, k, block_scales, scale_block_n, global_scale)
 
     @property
     def global_scale_per_batch(self) -> bool:

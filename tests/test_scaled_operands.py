@@ -1,0 +1,100 @@
+"""Weights declared as ScaledOperands: ``matmul_ogs(x, prepared.operand, ...)`` computes what the plain tensors with
+their PrecisionConfig compute, nothing is inferred from a declared operand's dtypes, and bad declarations are errors
+that name the argument."""
+import pytest
+import torch
+
+import ogsgen
+from ogsgen import PrecisionConfig, ScaledOperand, matmul_ogs
+from ogsgen.errors import SpecError, SpecTypeError
+from ogsgen.numerics.nvfp4 import quantize_nvfp4
+
+EXPERTS, OUT, IN, TOKENS = 4, 64, 256, 12
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "fp8e4m3_b128", "fp8e4m3_channel", "fp8e4m3", "mxfp8e4m3"])
+def test_a_prepared_operand_computes_what_its_precision_config_does(fmt, device):
+    if fmt.startswith("fp8") and device == "cuda" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs compute capability 8.9")
+    torch.manual_seed(0)
+    prepared = ogsgen.prepare_expert_weights(torch.randn(EXPERTS, OUT, IN, device=device) / 16,
+                                             torch.randn(EXPERTS, OUT, device=device), format=fmt)
+    x = torch.randn(TOKENS, IN, device=device).bfloat16()
+    rd, gi, _ = ogsgen.routing(torch.randn(TOKENS, EXPERTS, device=device), 2)
+    declared = prepared.operand
+    assert isinstance(declared, ScaledOperand) and declared.format.name.startswith(fmt)
+    y = matmul_ogs(x, declared, prepared.bias, rd, gather_indx=gi)
+    expected = matmul_ogs(x, prepared.w, prepared.bias, rd, gather_indx=gi,
+                          precision_config=prepared.precision_config())
+    assert y.isfinite().all() and y.abs().max() > 0
+    assert torch.equal(y, expected)
+
+
+def test_an_unscaled_prepared_operand_is_its_tensor():
+    prepared = ogsgen.prepare_expert_weights(torch.randn(2, 32, 64), format="bf16")
+    assert prepared.operand is prepared.w
+
+
+def _nvfp4(k=64):
+    codes, scales, global_scale = quantize_nvfp4(torch.randn(2, 32, k), per_expert=True)
+    return codes.mT, scales.mT, global_scale   # (E, K // 2, N), (E, K // 16, N)
+
+
+def test_a_declared_format_is_taken_not_inferred():
+    # NVFP4's e4m3 block scales as their uint8 bits: a plain-tensor call reads uint8 scales as mxfp4's e8m0 ones and
+    # can only refuse the global scale; declared NVFP4, the call names the scales' dtype.
+    codes, scales, global_scale = _nvfp4()
+    x = torch.randn(2, 5, 64).bfloat16()
+    w = ScaledOperand.of(codes, "nvfp4", block_scales=scales.view(torch.uint8), global_scale=global_scale)
+    with pytest.raises(SpecError, match=r"w\.block_scales must be torch\.float8_e4m3fn"):
+        matmul_ogs(x, w, None)
+    ok = matmul_ogs(x, ScaledOperand.of(codes, "nvfp4", block_scales=scales, global_scale=global_scale), None)
+    assert ok.shape == (2, 5, 32) and ok.isfinite().all()
+
+
+def test_declaration_errors_name_the_argument():
+    codes, scales, global_scale = _nvfp4()
+    cases = [
+        (dict(values=codes, format="nvfp8"), SpecError, "unknown format 'nvfp8'"),
+        (dict(values=codes, format=3), SpecTypeError, "format must be a format name or a NumericFormat"),
+        (dict(values=codes.float(), format="bf16"), SpecError, "'bf16' has no scales: pass the tensor itself"),
+        (dict(values=codes.float(), format="nvfp4"), SpecError, r"nvfp4 values must be torch\.uint8"),
+        (dict(values=[1], format="nvfp4"), SpecTypeError, "values must be a torch.Tensor or SwizzledMxValues"),
+        (dict(values=codes, format="nvfp4", global_scale=global_scale), SpecError,
+         "nvfp4 weights need their block_scales"),
+        (dict(values=codes, format="nvfp4", block_scales=scales), SpecError, "nvfp4 weights need their global_scale"),
+        (dict(values=codes, format="mxfp4", block_scales=scales.view(torch.uint8), global_scale=global_scale),
+         SpecError, "mxfp4 has no per-tensor scale: drop global_scale"),
+        (dict(values=codes, format="mxfp4hopper", block_scales=scales), SpecError,
+         "a SwizzledMxValues .* of mxfp4 values"),
+    ]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=message):
+            ScaledOperand.of(kwargs.pop("values"), kwargs.pop("format"), **kwargs)
+
+
+def test_a_call_with_a_declared_w_checks_its_scales_under_their_names():
+    codes, scales, global_scale = _nvfp4()
+    x = torch.randn(2, 5, 64).bfloat16()
+    w = ScaledOperand.of(codes, "nvfp4", block_scales=scales, global_scale=global_scale)
+    with pytest.raises(SpecError, match="w is a ScaledOperand, which carries its own scales"):
+        matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales))
+    short = ScaledOperand.of(codes, "nvfp4", block_scales=scales[:, :2], global_scale=global_scale)
+    with pytest.raises(SpecError, match=r"w\.block_scales must hold one e4m3 scale per 16 values of K"):
+        matmul_ogs(x, short, None)
+    three = ScaledOperand.of(codes, "nvfp4", block_scales=scales, global_scale=torch.ones(3))
+    with pytest.raises(SpecError, match=r"w\.global_scale must be a contiguous float32 tensor of 1 or 2"):
+        matmul_ogs(x, three, None)
+
+
+def test_declared_fp8_block_scales_must_be_the_declared_blocks():
+    w = torch.randn(256, 64).to(torch.float8_e4m3fn)
+    per_column = torch.rand(1, 64) + 0.5
+    x = torch.randn(3, 256).bfloat16()
+    with pytest.raises(SpecError, match=r"w\.block_scales of shape \(1, 64\) holds fp8e4m3_channel scales, but w "
+                                        r"was declared fp8e4m3_b128"):
+        matmul_ogs(x, ScaledOperand.of(w, "fp8e4m3_b128", block_scales=per_column), None)
+    with pytest.raises(SpecError, match=r"w\.block_scales must be torch\.float32"):
+        matmul_ogs(x, ScaledOperand.of(w, "fp8e4m3_channel", block_scales=per_column.double()), None)
+    y = matmul_ogs(x, ScaledOperand.of(w, "fp8e4m3_channel", block_scales=per_column), None)
+    assert y.shape == (3, 64) and y.isfinite().all()
