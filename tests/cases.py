@@ -11,7 +11,7 @@ from ogsgen import (Epilogue, FlexCtx, FusedActivation, InFlexData, OutFlexData,
 from ogsgen.numerics import (FP8_BLOCK, actual_scale_torch, dequantize_fp8_torch, dequantize_mx_torch, quantize_fp8_torch,
                              quantize_mx, quantize_mx_torch, swizzle_mx_values)
 from ogsgen.numerics.mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK
-from ogsgen.numerics.nvfp4 import NVFP4_BLOCK, NVFP4_K_MULTIPLE, dequantize_nvfp4, quantize_nvfp4
+from ogsgen.numerics.nvfp4 import NVFP4_BLOCK, dequantize_nvfp4, quantize_nvfp4
 from ogsgen.spec import KernelVariant
 from ogsgen.testing import assert_close
 
@@ -146,9 +146,9 @@ class Operands:
                 self.w = swizzle_mx_values(values.mT)
             self.w_ref = dequantize_mx_torch(values, scales, variant.w.element).mT
         elif variant.w.scaling == "block_e4m3":
-            # NVFP4: quantized per expert over K in whole 32s (the quantizer's unit), then cut to K's bytes and blocks
+            # NVFP4: quantized per expert over K in whole blocks of 16, then cut to K's bytes and blocks
             *lead, k, n = w_shape
-            whole_k = -(-k // NVFP4_K_MULTIPLE) * NVFP4_K_MULTIPLE
+            whole_k = -(-k // NVFP4_BLOCK) * NVFP4_BLOCK
             dense = torch.zeros(math.prod(lead), n, whole_k, device=device)
             dense[..., :k] = torch.randn(math.prod(lead), n, k, device=device)
             codes, scales, global_scale = quantize_nvfp4(dense, per_expert=True)

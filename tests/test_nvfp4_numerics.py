@@ -278,7 +278,7 @@ CODES, SCALES, ONE = torch.zeros(2, 16, dtype=torch.uint8), torch.ones(2, 2).to(
     ((CODES, SCALES, ONE.double()), SpecError, r"global_scale must be torch.float32.*weight_scale_2.float\(\)"),
     ((CODES, SCALES, 1.0), SpecTypeError, "global_scale must be a torch.Tensor"),
     ((CODES.numpy(), SCALES, ONE), SpecTypeError, "codes must be a torch.Tensor"),
-    ((CODES[:, :12], SCALES, ONE), SpecError, r"codes of shape \(2, 12\) has K = 24 .* multiple of 32; pad K"),
+    ((CODES[:, :12], SCALES, ONE), SpecError, r"codes of shape \(2, 12\) has K = 24 .* multiple of 16 \(whole blocks\); pad K with zeros to 32"),
     ((CODES, SCALES[:, :1], ONE), SpecError, r"block_scales must have one scale per 16 values of K: shape \(2, 2\)"),
     ((CODES, SCALES, torch.tensor([1.0, 2.0, 3.0])), SpecError,
      r"global_scale must be a scalar .*\(shape \(2,\)\), got shape \(3,\)"),
@@ -292,7 +292,7 @@ def test_dequantize_refuses_bad_inputs_naming_the_argument(args, error, match):
 
 @pytest.mark.parametrize("args,kwargs,match", [
     ((torch.zeros(2, 32, dtype=torch.int32),), {}, "weight must be float32, bfloat16 or float16, got torch.int32"),
-    ((torch.zeros(2, 48),), {}, r"weight of shape \(2, 48\) has K = 48 .* multiple of 32; pad K .* to 64"),
+    ((torch.zeros(2, 40),), {}, r"weight of shape \(2, 40\) has K = 40 .* multiple of 16 \(whole blocks\); pad K .* to 48"),
     ((torch.zeros(2, 32), torch.tensor(0.0)), {}, "global_scale must be positive"),
     ((torch.zeros(2, 32), torch.tensor(INF)), {}, "global_scale holds NaN or infinity"),
     ((torch.zeros(2, 32), torch.tensor(1.0, dtype=torch.float16)), {}, "global_scale must be torch.float32"),

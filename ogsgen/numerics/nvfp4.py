@@ -11,7 +11,7 @@ and means e2m1(code) * weight_scale * weight_scale_2. The e2m1 value times its b
 (and in bf16: at most 5 significant bits, from 2**-10 to 2688); :func:`dequantize_nvfp4` multiplies that product by
 the global scale, one float32 rounding, as a kernel that multiplies its accumulator by the global scale in its
 epilogue does. (ModelOpt's own dequantize multiplies the two scales first: its result can differ from this one in
-the last bit of float32.) K must be a multiple of 32 (``NVFP4_K_MULTIPLE``): whole pairs of 16-value blocks.
+the last bit of float32.) K must be a multiple of 16: whole blocks (ModelOpt's own rule for ``in``).
 
 :func:`quantize_nvfp4` follows ModelOpt's export (``NVFP4QTensor`` in modelopt/torch/quantization/qtensor/
 nvfp4_tensor.py of NVIDIA/Model-Optimizer, read at commit 211c6b3 on 2026-12-06), in float32:
@@ -48,7 +48,6 @@ from .jit import upcast_nvfp4_rows  # noqa: F401  (with the other upcasts, which
 from .mx import _check_tensor, decode_e2m1, encode_e2m1
 
 NVFP4_BLOCK = 16          # values of K that share one e4m3 block scale
-NVFP4_K_MULTIPLE = 32     # K (the unpacked ``in`` size) must be a multiple of this
 E2M1_MAX = 6.0
 GLOBAL_SCALE_DIVISOR = E2M1_MAX * FP8_E4M3_MAX  # 2688: amax / 2688 is ModelOpt's global scale
 SMALLEST_BLOCK_SCALE = 2.0 ** -9                # e4m3's smallest subnormal: block scales are clamped to it
@@ -62,9 +61,10 @@ def _check_dtype(t: torch.Tensor, name: str, dtype: torch.dtype, fix: str) -> No
 
 
 def _check_k(k: int, name: str, shape) -> None:
-    if k % NVFP4_K_MULTIPLE:
+    if k % NVFP4_BLOCK:
         raise SpecError(f"{name} of shape {tuple(shape)} has K = {k} values along its last axis: NVFP4 needs K to "
-                        f"be a multiple of {NVFP4_K_MULTIPLE}; pad K with zeros to {-(-k // 32) * 32}")
+                        f"be a multiple of {NVFP4_BLOCK} (whole blocks); pad K with zeros to "
+                        f"{-(-k // NVFP4_BLOCK) * NVFP4_BLOCK}")
 
 
 def _check_global_scale(global_scale, lead: tuple, name: str = "global_scale") -> torch.Tensor:
@@ -118,7 +118,7 @@ def dequantize_nvfp4(codes: torch.Tensor, block_scales: torch.Tensor, global_sca
 
 
 def quantize_nvfp4(weight: torch.Tensor, global_scale: torch.Tensor | None = None, *, per_expert: bool = False):
-    """Quantize a float weight (..., K) (fp32, bf16 or fp16; K a multiple of 32) to NVFP4 by ModelOpt's rule (the
+    """Quantize a float weight (..., K) (fp32, bf16 or fp16; K a multiple of 16) to NVFP4 by ModelOpt's rule (the
     module docstring): returns (codes uint8 (..., K // 2), block_scales float8_e4m3fn (..., K // 16),
     global_scale float32), the global scale a 0-dim tensor, or shape (E,) with ``per_expert=True`` (one per
     index of dim 0, from each expert's own amax). A given ``global_scale`` (float32, positive, finite: a scalar or

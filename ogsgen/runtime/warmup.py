@@ -44,8 +44,7 @@ from ..moe.weights import prepare_expert_weights
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import swizzle_mx_values
 from ..spec.catalog import default_catalog, load_catalog_file
-from ..numerics.nvfp4 import NVFP4_K_MULTIPLE
-from ..spec.formats import MX_BLOCK, NVFP4
+from ..spec.formats import MX_BLOCK
 from ..spec.variant import KernelVariant, canonical_name
 from ..types import (INNER_BLOCK_K, Epilogue, FlexCtx, FusedActivation, FusedComm, InFlexData, InnerRoutingData,
                      OutFlexData, PrecisionConfig)
@@ -256,13 +255,9 @@ def _gpu(device_index: int) -> tuple[int, bool]:
 def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device):
     """w and the PrecisionConfig fields of its format, laid out as prepare_expert_weights lays them out."""
     fmt = variant.w
-    # NVFP4's quantizer takes K in whole 32s, its kernels K in blocks of 16: quantize more, keep K's blocks
-    quantized_k = -(-k // NVFP4_K_MULTIPLE) * NVFP4_K_MULTIPLE if fmt == NVFP4 else k
-    prepared = prepare_expert_weights(torch.randn(n_experts or 1, n, quantized_k, device=device),
+    prepared = prepare_expert_weights(torch.randn(n_experts or 1, n, k, device=device),
                                       format="mxfp4" if fmt.layout == "hopper" else fmt.name, value_layout="strided")
     w, weight_scale, scale = prepared.w, prepared.weight_scale, prepared.scale
-    if quantized_k != k:
-        w, weight_scale = w[:, :k // 2], weight_scale[:, :k // fmt.block_size]
     if n_experts is None:  # a dense call: one (K, N) matrix
         w, weight_scale = w[0], weight_scale[0] if weight_scale is not None else None
     fields = {"weight_scale": weight_scale} if weight_scale is not None else {}
