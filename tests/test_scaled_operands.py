@@ -28,6 +28,10 @@ def test_a_prepared_operand_computes_what_its_precision_config_does(fmt, device)
                           precision_config=prepared.precision_config())
     assert y.isfinite().all() and y.abs().max() > 0
     assert torch.equal(y, expected)
+    assert torch.equal(declared.dequantize(), prepared.dequantize())
+    reference = ogsgen.matmul_ogs_torch(x, declared, prepared.bias, rd, gather_indx=gi)
+    assert torch.equal(reference, ogsgen.matmul_ogs_torch(x, prepared.dequantize(), prepared.bias, rd,
+                                                          gather_indx=gi))
 
 
 def test_an_unscaled_prepared_operand_is_its_tensor():

@@ -19,11 +19,12 @@ import torch
 
 from ..devices import check_kernel_device, target
 from ..errors import SpecError, SpecTypeError
-from ..numerics.fp8_blocks import FP8_BLOCK, dequantize_fp8_torch, quantize_fp8_torch
+from ..numerics.fp8_blocks import FP8_BLOCK, quantize_fp8_torch
 from ..numerics.kernels import quantize_mx
-from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
-from ..numerics.mx import MX_BLOCK, ROUNDINGS, dequantize_mx_torch
-from ..numerics.nvfp4 import NVFP4_BLOCK, _check_global_scale, dequantize_nvfp4, quantize_nvfp4
+from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values
+from ..numerics.mx import MX_BLOCK, ROUNDINGS
+from ..numerics.nvfp4 import NVFP4_BLOCK, _check_global_scale, quantize_nvfp4
+from ..numerics.operands import dequantize_operand
 from ..spec.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, MXFP4, MXFP8_E4M3, MXFP8_E5M2, format_named
 from ..spec.operands import ScaledOperand
 from ..types import FlexCtx, InFlexData, PrecisionConfig
@@ -64,9 +65,6 @@ class PreparedWeights:
     scale: torch.Tensor | None = None          # fp8, nvfp4 (its global scale): float32 (E,) or one for all
     gate_up: str | None = None
     layout: str = "out_in"
-    # fp8e4m3_b128 and fp8e4m3_channel: the columns of w one weight scale covers, 128 or 1 (channel scales, and b128
-    # scales repeated per column by the gate/up interleave)
-    weight_scale_block_n: int | None = None
 
     @property
     def operand(self) -> torch.Tensor | SwizzledMxValues | ScaledOperand:
@@ -86,18 +84,8 @@ class PreparedWeights:
     def dequantize(self, checkpoint_order: bool = False) -> torch.Tensor:
         """The float32 weights the kernel computes with: (E, K, N), or in the checkpoint's layout and
         gate/up order when ``checkpoint_order``."""
-        if self.format == "nvfp4":
-            dense = dequantize_nvfp4(self.w.mT, self.weight_scale.mT, self.scale).mT
-        elif self.format in _MX:
-            values = unswizzle_mx_values(self.w) if isinstance(self.w, SwizzledMxValues) else self.w
-            dense = dequantize_mx_torch(values.mT, self.weight_scale.mT, _MX[self.format]).mT
-        elif self.format in _FP8_BLOCKS:
-            k_block = FP8_BLOCK if self.format == "fp8e4m3_b128" else 0
-            dense = dequantize_fp8_torch(self.w, self.weight_scale, (k_block, self.weight_scale_block_n))
-        elif self.scale is not None:
-            dense = self.w.float() * self.scale[:, None, None]
-        else:
-            dense = self.w.float()
+        operand = self.operand
+        dense = operand.float() if isinstance(operand, torch.Tensor) else dequantize_operand(operand)
         if checkpoint_order:
             if self.gate_up == "concatenated":
                 dense = _deinterleave(dense, -1)
@@ -343,10 +331,9 @@ def _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format,
 
 def _prepared_fp8_blocks(values, scales, bias, format, gate_up, layout) -> PreparedWeights:
     """PreparedWeights of K-contiguous e4m3 values (E, N, K) and their scales (E, out blocks, in blocks)."""
-    block_n = 1 if format == "fp8e4m3_channel" else FP8_BLOCK
     if gate_up == "concatenated":
-        if block_n > 1:  # blocks of 128 columns split by the interleaving: one scale a column
-            scales, block_n = scales.repeat_interleave(FP8_BLOCK, dim=1)[:, :values.shape[1]], 1
+        if format == "fp8e4m3_b128":  # blocks of 128 columns split by the interleaving: one scale a column
+            scales = scales.repeat_interleave(FP8_BLOCK, dim=1)[:, :values.shape[1]]
         values, scales = _interleave(values, 1), _interleave(scales, 1)
     return PreparedWeights(values.mT, _kernel_bias(bias, gate_up), format, weight_scale=scales.mT, gate_up=gate_up,
-                           layout=layout, weight_scale_block_n=block_n)
+                           layout=layout)

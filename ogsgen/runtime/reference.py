@@ -5,6 +5,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import SpecError
+from ..spec.operands import ScaledOperand
 from ..types import Epilogue, FusedActivation, PrecisionConfig
 
 
@@ -31,6 +32,8 @@ def matmul_ogs_torch(x, w, bias, routing_data=None, gather_indx=None, scatter_in
     y[e] = x[:, segment e] @ w[segment e, :] (+ y_acc_in[e]), x's columns gathered through ``gather_indx``.
     """
     pc = precision_config if precision_config is not None else PrecisionConfig()
+    if isinstance(w, ScaledOperand):  # declared weights: their float32 values (the scales applied)
+        w = w.dequantize()
     if inner_routing_data is not None:
         return _inner_reference(x, w, gather_indx, inner_routing_data, y_acc_in).to(pc.out_dtype or x.dtype)
     act = fused_activation if fused_activation is not None else FusedActivation()

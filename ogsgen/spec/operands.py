@@ -76,6 +76,12 @@ class ScaledOperand:
         scale_block_n = FP8_BLOCK if fmt.scaling == "block_f32" and block_scales.shape[-1] != n else 1
         return cls(values, fmt, k, block_scales, scale_block_n, global_scale)
 
+    def dequantize(self) -> torch.Tensor:
+        """The float32 weights (..., K, N) the kernels compute with (``matmul_ogs_torch`` takes a ScaledOperand w
+        through this)."""
+        from ..numerics.operands import dequantize_operand  # (numerics imports the spec layer)
+        return dequantize_operand(self)
+
     @property
     def global_scale_per_batch(self) -> bool:
         """One per-tensor scale per expert or batch entry, not one for the whole tensor."""
