@@ -61,6 +61,7 @@ def _saved_layer(tmp_path, device):
     return program
 
 
+@pytest.mark.slow  # (a fresh process: 7 s on a CPU)
 def test_an_exported_layer_loads_and_runs_in_a_fresh_process_that_imports_ogsgen(tmp_path, device):
     torch.export.save(_saved_layer(tmp_path, device), tmp_path / "layer.pt2")
     # ogsgen imported before torch (ogsgen's import hook registers the ops), then torch's loader

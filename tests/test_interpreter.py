@@ -45,6 +45,7 @@ def test_a_users_bf16_script_is_correct_on_the_cpu(tmp_path):
     assert "RuntimeWarning" not in result.stderr
 
 
+@pytest.mark.slow  # (a fresh process: 5 s)
 def test_triton_interpret_set_after_the_kernels_were_made_is_a_clear_error(tmp_path):
     # A notebook's sequence: a call on the CPU without the interpreter is refused, naming TRITON_INTERPRET; setting it
     # then (after Triton made ogsgen's functions, for a GPU) must say why that is too late, not fail in the
