@@ -37,6 +37,7 @@ def _forward_backward(fn, params):
     return out.detach(), [p.grad.clone() for p in params]
 
 
+@pytest.mark.slow  # (6 s on a CPU)
 def test_fullgraph_moe_layer_matches_eager(device):
     params = _parameters(device)
     backend = "inductor" if device == "cuda" else "aot_eager"  # inductor's CPU code needs a C++ compiler
@@ -73,6 +74,7 @@ def test_token_counts_share_one_dynamic_graph(device):
     assert frames[1:] == frames[:1] * 2, f"compiled frames after each token count: {frames} (a recompile)"
 
 
+@pytest.mark.slow  # (6 s on a CPU)
 def test_custom_ops_pass_opcheck(device):
     x, router_w, w1, b1, w2, b2 = _parameters(device, requires_grad=False)
     rd, gi, si = ogsgen.routing(x.float() @ router_w, K_ACT)

@@ -91,6 +91,7 @@ def _gloo_rank(rank, world, port, results):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # (processes: 5 s)
 def test_post_matmul_comm_torch_with_gloo_processes():
     """The torch.distributed reference on two CPU processes equals fused_comm_reference of both ranks' outputs."""
     world, port = 2, 29500 + os.getpid() % 1000

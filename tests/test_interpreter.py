@@ -107,6 +107,7 @@ USER_TEST = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # (a pytest process: 5 s)
 def test_the_pytest_plugin_corrects_a_users_own_kernel(tmp_path):
     (tmp_path / "test_user_kernel.py").write_text(USER_TEST)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user_kernel.py"]

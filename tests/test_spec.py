@@ -161,6 +161,7 @@ def test_variant_rules():
         variant_product([(BF16, BF16, BF16)], biases=(True,))
 
 
+@pytest.mark.slow  # (5 s on a CPU)
 def test_topk_plan_and_catalog_companions():
     w2 = KernelVariant(BF16, MXFP4_HOPPER, BF16, ragged=True, scatter=True, bias=True, gammas=True)
     matmul, reduce = topk_plan(w2)
