@@ -7,7 +7,9 @@ import torch
 import ogsgen
 from ogsgen import PrecisionConfig, ScaledOperand, matmul_ogs
 from ogsgen.errors import SpecError, SpecTypeError
+from ogsgen.numerics import dequantize_fp8_torch, quantize_fp8_torch
 from ogsgen.numerics.nvfp4 import quantize_nvfp4
+from ogsgen.testing import assert_close
 
 EXPERTS, OUT, IN, TOKENS = 4, 64, 256, 12
 
@@ -39,21 +41,24 @@ def test_an_unscaled_prepared_operand_is_its_tensor():
     assert prepared.operand is prepared.w
 
 
-def _nvfp4(k=64):
-    codes, scales, global_scale = quantize_nvfp4(torch.randn(2, 32, k), per_expert=True)
+def _nvfp4(k=64, device="cpu"):
+    codes, scales, global_scale = quantize_nvfp4(torch.randn(2, 32, k, device=device), per_expert=True)
     return codes.mT, scales.mT, global_scale   # (E, K // 2, N), (E, K // 16, N)
 
 
-def test_a_declared_format_is_taken_not_inferred():
+def test_a_declared_format_is_taken_not_inferred(device):
     # NVFP4's e4m3 block scales as their uint8 bits: a plain-tensor call reads uint8 scales as mxfp4's e8m0 ones and
     # can only refuse the global scale; declared NVFP4, the call names the scales' dtype.
-    codes, scales, global_scale = _nvfp4()
-    x = torch.randn(2, 5, 64).bfloat16()
+    codes, scales, global_scale = _nvfp4(device=device)
+    x = torch.randn(2, 5, 64, device=device).bfloat16()
     w = ScaledOperand.of(codes, "nvfp4", block_scales=scales.view(torch.uint8), global_scale=global_scale)
     with pytest.raises(SpecError, match=r"w\.block_scales must be torch\.float8_e4m3fn"):
         matmul_ogs(x, w, None)
-    ok = matmul_ogs(x, ScaledOperand.of(codes, "nvfp4", block_scales=scales, global_scale=global_scale), None)
-    assert ok.shape == (2, 5, 32) and ok.isfinite().all()
+    declared = ScaledOperand.of(codes, "nvfp4", block_scales=scales, global_scale=global_scale)
+    y = matmul_ogs(x, declared, None)
+    assert y.shape == (2, 5, 32)
+    assert_close(ogsgen.matmul_ogs_torch(x.double(), declared.dequantize().double(), None), y, maxtol=8e-3,
+                 rmstol=4e-3)
 
 
 def test_declaration_errors_name_the_argument():
@@ -91,14 +96,18 @@ def test_a_call_with_a_declared_w_checks_its_scales_under_their_names():
         matmul_ogs(x, three, None)
 
 
-def test_declared_fp8_block_scales_must_be_the_declared_blocks():
-    w = torch.randn(256, 64).to(torch.float8_e4m3fn)
-    per_column = torch.rand(1, 64) + 0.5
-    x = torch.randn(3, 256).bfloat16()
+def test_declared_fp8_block_scales_must_be_the_declared_blocks(device):
+    if device == "cuda" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs compute capability 8.9")
+    w = torch.randn(256, 64, device=device).to(torch.float8_e4m3fn)
+    per_column = torch.rand(1, 64, device=device) + 0.5
+    x = torch.randn(3, 256, device=device).bfloat16()
     with pytest.raises(SpecError, match=r"w\.block_scales of shape \(1, 64\) holds fp8e4m3_channel scales, but w "
                                         r"was declared fp8e4m3_b128"):
         matmul_ogs(x, ScaledOperand.of(w, "fp8e4m3_b128", block_scales=per_column), None)
     with pytest.raises(SpecError, match=r"w\.block_scales must be torch\.float32"):
         matmul_ogs(x, ScaledOperand.of(w, "fp8e4m3_channel", block_scales=per_column.double()), None)
-    y = matmul_ogs(x, ScaledOperand.of(w, "fp8e4m3_channel", block_scales=per_column), None)
-    assert y.shape == (3, 64) and y.isfinite().all()
+    declared = ScaledOperand.of(w, "fp8e4m3_channel", block_scales=per_column)
+    y = matmul_ogs(x, declared, None)
+    x_as_the_kernel_sees_it = dequantize_fp8_torch(*quantize_fp8_torch(x.float(), (1, 0)), (1, 0)).double()
+    assert_close(x_as_the_kernel_sees_it @ declared.dequantize().double(), y, maxtol=8e-3, rmstol=4e-3)
