@@ -36,6 +36,14 @@ def test_a_prepared_operand_computes_what_its_precision_config_does(fmt, device)
                                                           gather_indx=gi))
 
 
+def test_a_prepared_operand_is_built_once_and_follows_its_tensors():
+    prepared = ogsgen.prepare_expert_weights(torch.randn(2, 32, 64), format="nvfp4")
+    declared = prepared.operand
+    assert prepared.operand is declared   # (its checks are not paid again on every call)
+    prepared.scale = prepared.scale * 2
+    assert prepared.operand is not declared and prepared.operand.global_scale is prepared.scale
+
+
 def test_an_unscaled_prepared_operand_is_its_tensor():
     prepared = ogsgen.prepare_expert_weights(torch.randn(2, 32, 64), format="bf16")
     assert prepared.operand is prepared.w

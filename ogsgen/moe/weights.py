@@ -72,7 +72,13 @@ class PreparedWeights:
         (then pass no precision_config for them: ``matmul_ogs(x, prepared.operand, prepared.bias, ...)``)."""
         if self.weight_scale is None and self.scale is None:
             return self.w
-        return ScaledOperand.of(self.w, self.format, block_scales=self.weight_scale, global_scale=self.scale)
+        made_of = (self.w, self.weight_scale, self.scale)
+        cached = self.__dict__.get("_operand")  # (built once: matmul_ogs(x, prepared.operand, ...) in a loop)
+        if cached is None or any(a is not b for a, b in zip(cached[0], made_of)):
+            cached = made_of, ScaledOperand.of(self.w, self.format, block_scales=self.weight_scale,
+                                               global_scale=self.scale)
+            self.__dict__["_operand"] = cached
+        return cached[1]
 
     def precision_config(self, **fields) -> PrecisionConfig:
         """A PrecisionConfig carrying these weights' scales (plus any other fields given)."""
