@@ -41,8 +41,7 @@ def describe_operands(x, w, pc: PrecisionConfig, declared: NumericFormat | None 
     w_scales = pc.weight_scale if w_fmt.has_block_scales else None
     if w_fmt.scale_element == "e4m3":  # their bits: the kernel's masked loads fill 0, which Triton's interpreter
         w_scales = w_scales.view(torch.uint8)  # cannot cast to fp8 (the upcast reads e4m3 bits)
-    # block_f32 w: 128 x 128 blocks, or one scale per column (prepare_expert_weights' interleaved gate/up columns)
-    scale_block_n = FP8_BLOCK if w_fmt.scaling == "block_f32" and w_scales.shape[-1] != n else 1
+    scale_block_n = w_fmt.scale_block_n(w_scales, n)
     x_op = ScaledOperand(x, x_fmt, k, pc.act_scale if x_fmt.has_block_scales else None,
                          global_scale=pc.flex_ctx.lhs_data.scale)
     w_op = ScaledOperand(values, w_fmt, k, w_scales, scale_block_n, global_scale=pc.flex_ctx.rhs_data.scale)
@@ -131,7 +130,7 @@ def _formats(x, w, pc: PrecisionConfig, declared: NumericFormat | None, names: t
         if isinstance(w, SwizzledMxValues):
             w, w_fmt, k = _unwrap_swizzled(w, x)
         else:
-            w_fmt, k = declared, k * (2 if declared.element == "e2m1" else 1)
+            w_fmt, k = declared, declared.logical_k(k)
         if w_fmt.scaling == "block_f32":
             check_tensor(pc.weight_scale, names[0], dtype=torch.float32)
             shown = _block_f32_weight_format(w, pc.weight_scale, names[0])

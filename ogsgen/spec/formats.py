@@ -135,6 +135,15 @@ class NumericFormat:
         per tensor."""
         return self.scaling in ("block_e8m0", "block_f32", "block_e4m3")
 
+    def logical_k(self, stored_rows: int) -> int:
+        """K of values stored in ``stored_rows`` rows along K (packed e2m1: two values a byte)."""
+        return stored_rows * (2 if self.element == "e2m1" else 1)
+
+    def scale_block_n(self, block_scales: torch.Tensor, n: int) -> int:
+        """Columns of w that share one block scale: 128 for fp8's 128 x 128 blocks (scales with fewer columns
+        than w), else 1 (per column: MX, NVFP4, channel scales, and b128 scales of interleaved gate/up columns)."""
+        return FP8_BLOCK if self.scaling == "block_f32" and block_scales.shape[-1] != n else 1
+
     @property
     def torch_dtype(self) -> torch.dtype:
         """The dtype of the tensor that stores the values (uint8 for packed fp4)."""

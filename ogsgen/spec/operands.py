@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import SpecError, SpecTypeError
-from .formats import BY_NAME, FP8_BLOCK, MXFP4, MXFP4_HOPPER, NumericFormat, format_named
+from .formats import BY_NAME, MXFP4, MXFP4_HOPPER, NumericFormat, format_named
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,8 @@ class ScaledOperand:
             raise SpecError(f"{fmt.name} has no per-tensor scale: drop global_scale")
         if swizzled:
             return cls(values, MXFP4_HOPPER, values.k, block_scales, global_scale=global_scale)
-        k = values.shape[-2] * (2 if fmt.element == "e2m1" else 1)
-        n = values.shape[-1]
-        scale_block_n = FP8_BLOCK if fmt.scaling == "block_f32" and block_scales.shape[-1] != n else 1
-        return cls(values, fmt, k, block_scales, scale_block_n, global_scale)
+        return cls(values, fmt, fmt.logical_k(values.shape[-2]), block_scales,
+                   fmt.scale_block_n(block_scales, values.shape[-1]), global_scale)
 
     def dequantize(self) -> torch.Tensor:
         """The float32 weights (..., K, N) the kernels compute with (``matmul_ogs_torch`` takes a ScaledOperand w
