@@ -8,7 +8,8 @@ from ogsgen.codegen import build
 from ogsgen.numerics import (actual_scale_torch, dequantize_mx, dequantize_mx_torch, max_finite, quantize_mx,
                              quantize_mx_torch)
 from ogsgen.numerics.mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK
-from ogsgen.numerics.layouts import WORD_BITS, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
+from ogsgen.numerics.layouts import SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
+from ogsgen.numerics.layouts.hopper import WORD_BITS
 from ogsgen.spec import (BF16, FP8_E4M3, FP8_E5M2, FP16, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2, Catalog,
                          variant_product)
 from ogsgen.spec.catalog import _expand
@@ -360,6 +361,8 @@ def test_hopper_layout_errors(device):
     with pytest.raises(ogsgen.SpecError, match=r"does not hold K=64 x N=32 values in the hopper layout \(int32, "
                                                r"\(\.\.\., 2, 128\)\)"):
         matmul_ogs(x, cut, None, precision_config=pc)
+    with pytest.raises(ogsgen.SpecError, match=r"w\.data does not hold K=64 x N=32 values in the hopper layout"):
+        unswizzle_mx_values(cut)
     with pytest.raises(ogsgen.SpecError, match="values must be packed mxfp4"):
         swizzle_mx_values(values[0].float())
     with pytest.raises(ogsgen.SpecError, match="capability .7, 5. has none"):

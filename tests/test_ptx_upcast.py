@@ -15,7 +15,7 @@ import torch
 
 from ogsgen.numerics.jit import (E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16,
                                  E8M0_PAIR_TO_BF16X2)
-from ogsgen.numerics.layouts import WORD_BITS
+from ogsgen.numerics.layouts.hopper import WORD_BITS
 from ogsgen.numerics.mx import decode_e2m1
 
 _MASK = np.uint64(0xFFFFFFFF)

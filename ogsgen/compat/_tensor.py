@@ -16,7 +16,8 @@ import torch
 
 from ..devices import target
 from ..errors import SpecError, SpecTypeError, UnsupportedError
-from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
+from ..numerics.layouts import SwizzledMxValues, swizzle_mx_values, unswizzle_mx_values
+from ..numerics.layouts.hopper import HopperLayout
 from ..numerics.mx import MX_BLOCK
 
 
@@ -128,7 +129,7 @@ class HopperMXValueLayout(Layout):
                             "convert_layout(wrap_torch_tensor(values, dtype=FP4), HopperMXValueLayout, mx_axis=...)")
         *batch, half_k, n = self.initial_shape
         k = 2 * half_k
-        words = (*batch, -(-n // HOPPER_SLAB), -(-k // HOPPER_GROUP) * HOPPER_GROUP * 2)
+        words = (*batch, *HopperLayout.stored_shape(k, n))
         if not isinstance(data, torch.Tensor) or data.dtype != torch.int32 or tuple(data.shape) != words:
             got = f"{data.dtype} {tuple(data.shape)}" if isinstance(data, torch.Tensor) else type(data).__name__
             raise UnsupportedError(f"the storage of a HopperMXValueLayout tensor must hold ogsgen's hopper words "

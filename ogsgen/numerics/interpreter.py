@@ -51,7 +51,7 @@ from ..devices import interpreting
 from ..errors import warn_at_caller
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
 from .jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, REQUEST_WGMMA_WAITS
-from .layouts import WORD_BITS
+from .layouts.hopper import WORD_BITS
 from .mx import decode_e2m1
 
 # Triton's fp8 types -> (torch dtype, largest finite value)
@@ -107,7 +107,7 @@ def _e2m1_bytes_to_bf16(values, factors):
 
 
 def _e2m1_word_to_bf16(words, factors):
-    """E2M1_WORD_TO_BF16 by definition: the word's 8 nibbles (their bits where ogsgen.numerics.layouts.WORD_BITS
+    """E2M1_WORD_TO_BF16 by definition: the word's 8 nibbles (their bits where ogsgen.numerics.layouts.hopper.WORD_BITS
     puts them), register by register and low lane first, times their row's bf16 factor (row r's in the low half
     of ``factors``, row r + 8's in the high half), rounded once."""
     bits = words.data.astype(np.int64) & 0xFFFFFFFF

@@ -10,7 +10,7 @@ import torch
 
 from ..devices import target
 from ..errors import SpecError, UnsupportedError
-from ..numerics.layouts import HOPPER_GROUP, HOPPER_SLAB, SwizzledMxValues
+from ..numerics.layouts import SwizzledMxValues
 from ..spec.formats import (ELEMENTS, FLEX_BY_DTYPE, FP8_BLOCK, FP8_E4M3_B128, FP8_E4M3_CHANNEL, MX_BLOCK,
                             MX_FP8_BY_DTYPE, MXFP4, MXFP4_HOPPER, NVFP4, NumericFormat, plain_format_of)
 from ..spec.operands import ScaledOperand
@@ -100,12 +100,12 @@ def reinterpret(tensor, flex_dtype, name):
 
 def _unwrap_swizzled(w, x):
     """(values tensor, its format, logical K) of a swizzled ``w``; checks it is whole and made for x's GPU."""
-    data = w.data
-    words = (-(-w.n // HOPPER_SLAB), -(-w.k // HOPPER_GROUP) * HOPPER_GROUP * 2)
-    if w.layout != "hopper" or not isinstance(data, torch.Tensor) or data.dtype != torch.int32 \
-            or data.ndim not in (2, 3) or tuple(data.shape[-2:]) != words:
-        raise SpecError(f"w is a SwizzledMxValues whose data does not hold K={w.k} x N={w.n} values in the hopper "
-                        f"layout (int32, (..., {words[0]}, {words[1]})); make it with ogsgen.swizzle_mx_values")
+    mismatch = w.stored_mismatch()
+    if mismatch is None and w.data.ndim not in (2, 3):
+        mismatch = f"2 or 3 dimensions, not {w.data.ndim}"
+    if mismatch is not None:
+        raise SpecError(f"w is a SwizzledMxValues whose data does not hold K={w.k} x N={w.n} values in the {w.layout} "
+                        f"layout ({mismatch}); make it with ogsgen.swizzle_mx_values")
     if x.is_cuda:
         capability = target(x.device).capability
         if capability[0] != w.capability[0]:
