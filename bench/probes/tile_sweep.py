@@ -1,6 +1,6 @@
 """Probe: which launch parameters the matmul_ogs kernels want on this GPU, per shape and weight format.
 
-    PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|bf16-kmajor|mxfp4|mxfp4-strided|mxfp4-kscales]
+    PYTHONPATH=. python bench/probes/tile_sweep.py --out OUT [--format bf16|mxfp4|mxfp4-e4m3x|fp8e4m3_b128|...]
         [--cases "gpt-oss w1:256" "dense:64x5760x2880" ...] [--tiles 16x256x128x8x3 16x256x128x8x3w ...] [--in-turn]
 
 Runs matmul_ogs under opt_flags_constraints for each tile; writes OUT/tile_sweep_FORMAT.csv: CUDA-graph medians, each
@@ -96,7 +96,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", default="bf16",
-                        choices=["bf16", "bf16-kmajor", "mxfp4", "mxfp4-strided", "mxfp4-kscales"])
+                        choices=["bf16", "bf16-kmajor", "mxfp4", "mxfp4-strided", "mxfp4-kscales", "mxfp4-e4m3x",
+                                 *bench_moe.FP8_FORMATS])
     parser.add_argument("--cases", nargs="+",
                         help='cases as "shape:tokens" or "dense:MxNxK" (default: the built-in list)')
     parser.add_argument("--tiles", nargs="+",
