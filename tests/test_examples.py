@@ -30,6 +30,7 @@ def _python_blocks(section: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
+@pytest.mark.slow  # (a process: 8 s on a CPU)
 def test_readme_first_call_runs(tmp_path):
     # The README's first call as written (on the CPU through the interpreter), then its results against torch.
     code, = _python_blocks("First call")
@@ -83,6 +84,7 @@ def test_custom_activation_example(tmp_path):
     assert "matches torch" in result.stdout
 
 
+@pytest.mark.slow  # (a process: 4 s)
 def test_moe_layer_example(tmp_path):
     result = subprocess.run([sys.executable, str(EXAMPLES / "moe_layer.py")], env=_env(), cwd=tmp_path,
                             capture_output=True, text=True)

@@ -61,7 +61,8 @@ def test_quantize_mx_triton_matches_torch_bit_for_bit(element, rounding, shape, 
                                            element, axis=axis), d_ref)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.slow),
+                                   pytest.param(torch.float16, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("element", ["e2m1", "e4m3", "e5m2"])
 def test_dequantize_mx_every_code_and_scale_bit_for_bit(element, dtype, device):
     """The kernels' upcast equals the torch reference on every value code times every e8m0 scale, including
@@ -188,8 +189,8 @@ def test_small_k_mx_weights_without_constraints(element, k, device):
     assert_close(ref, y.float(), maxtol=3e-2)
 
 
-@pytest.mark.parametrize("value_layout,scales_n_contiguous", [("strided", False), ("hopper", False),
-                                                               ("hopper", True)])
+@pytest.mark.parametrize("value_layout,scales_n_contiguous", [pytest.param("strided", False, marks=pytest.mark.slow),
+                                                               ("hopper", False), ("hopper", True)])
 @pytest.mark.parametrize("k_act", [4, pytest.param(1, marks=pytest.mark.slow)])
 def test_gpt_oss_moe_with_mxfp4_weights(k_act, value_layout, scales_n_contiguous, device):
     """gpt-oss's two MoE matmuls with mxfp4 weights against the bf16-dequantized reference. w2's K (32) is half
@@ -437,7 +438,7 @@ def test_fp8_weights_with_16_bit_activations(x_dtype, w_dtype, device):
     assert_close(ref, y.float())
 
 
-@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize("split_k", [1, pytest.param(2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("gather,scatter", [(False, False), (True, False), (False, True), (True, True)])
 def test_fp8_moe_per_expert_scales(gather, scatter, split_k, device):
     n_expts, k_act, tokens = 4, 2, 20

@@ -38,6 +38,7 @@ def _python(code: str, cwd, **env):
                           env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", **env})
 
 
+@pytest.mark.slow  # (a process: 4 s)
 def test_a_users_bf16_script_is_correct_on_the_cpu(tmp_path):
     result = _python(USER_SCRIPT, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -94,7 +94,7 @@ def test_routing_from_lazy_topk_ids(device):
         assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("lazy", [torch._neg_view, conj_imaginary])
+@pytest.mark.parametrize("lazy", [torch._neg_view, pytest.param(conj_imaginary, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("quantize", [
     lambda x: quantize_fp8(x, (1, 128)), lambda x: quantize_fp8(x, (1, 0)), lambda x: quantize_fp8(x, (128, 128)),
     lambda x: quantize_mx(x, "e4m3"), lambda x: quantize_mx(x, "e2m1"), lambda x: quantize_mx(x, "e4m3", axis=0)],

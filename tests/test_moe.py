@@ -156,7 +156,8 @@ def test_upstream_ragged_cases(tokens, n, k, n_expts, k_act, split_k, gather, sc
         run_moe_case(variant, tokens, n, k, n_expts, k_act, device, split_k=split_k)
 
 
-@pytest.mark.parametrize("k_act", [1, 2, pytest.param(4, marks=pytest.mark.slow), 8])
+@pytest.mark.parametrize("k_act", [1, 2, pytest.param(4, marks=pytest.mark.slow),
+                                   pytest.param(8, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("dtype", [FP16, BF16])
 def test_gather_swiglu_then_scatter(k_act, dtype, device):
     with ogsgen.opt_flags_constraints(block_m=16, block_n=32):
@@ -462,7 +463,7 @@ def _gather_swiglu_then_combine(rd, gi, si, hidden=16, inter=16, **constraints):
     assert_close(y_ref.float(), y.float(), what="top-k combine")
 
 
-@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("persistent", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_moe_with_more_experts_than_a_byte_holds(persistent, device):
     # 384 experts (Kimi-K2's count; DeepSeek-V3 has 256): expert ids past 255 in the block schedule's 16-bit field,
     # and one of them (300) with 40 rows, three row tiles. Gather with SwiGLU, then the top-k combine.
@@ -566,6 +567,7 @@ def _performance_warnings(call) -> tuple[list, list]:
     return caught, [c for c in caught if issubclass(c.category, ogsgen.PerformanceWarning)]
 
 
+@pytest.mark.slow  # (5 s on a CPU)
 def test_k_contiguous_weights_warn_once_at_prefill_sizes(device, monkeypatch):
     """A 16-bit MoE w stored K-contiguous ((E, N, K) viewed as w.mT) costs prefill-sized calls speed: one warning
     per process names the fix; N-contiguous weights and decode-sized calls get none."""

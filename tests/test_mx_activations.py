@@ -179,7 +179,8 @@ def test_split_k(w_format, device):
     assert_fp32_sums(want, fp32_bound(x_ref, w_ref), y)
 
 
-@pytest.mark.parametrize("w_format", W_FORMATS)
+@pytest.mark.parametrize("w_format", [pytest.param(w, marks=pytest.mark.slow) if w == "mxfp4" else w
+                                      for w in W_FORMATS])
 @pytest.mark.parametrize("top_k,split_k", [(2, 1), pytest.param(1, 1, marks=pytest.mark.slow),
                                            pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_moe_gather_then_scatter(w_format, top_k, split_k, device):
@@ -208,7 +209,7 @@ def test_moe_gather_then_scatter(w_format, top_k, split_k, device):
     assert_close(y_want, y, **TIGHT)
 
 
-@pytest.mark.parametrize("value_layout", ["strided", "hopper"])
+@pytest.mark.parametrize("value_layout", [pytest.param("strided", marks=pytest.mark.slow), "hopper"])
 def test_mxfp8_output_feeds_the_next_matmul(value_layout, device):
     """The MLP without a bf16 intermediate: w1 writes its SwiGLU output as mxfp8 (values and out_scale), which w2
     takes as x and act_scale; each against the reference of its own inputs."""

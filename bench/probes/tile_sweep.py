@@ -54,9 +54,8 @@ def sweep(weight_format, cases=None, tiles=None):
 
 
 def parse_tile(text):
-    """"16x128x128x8x3" -> its opt_flags_constraints; a trailing "w" adds wait_mma=True, "p" persistent=True,
-    "s2" split_k=2 (else split_k=1: split_k is no tile key, so the heuristic's split would stay), "r128"
-    maxnreg=128 (in that order)."""
+    """"16x128x128x8x3" -> its opt_flags_constraints; "w" adds wait_mma=True, "p" persistent=True, "s2" split_k=2
+    (else 1: split_k is no tile key, so the heuristic's split would stay), "r128" maxnreg=128 (in that order)."""
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)x(\d+)(w?)(p?)(?:s(\d+))?(?:r(\d+))?", text)
     if match is None:
         raise SystemExit(f"--tiles: cannot read {text!r}; write BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG]")
