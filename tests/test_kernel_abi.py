@@ -37,7 +37,9 @@ def _do_not_specialize(fn: ast.FunctionDef) -> list:
     return []
 
 
-@pytest.mark.parametrize("name,variant", _variants(), ids=[n for n, _ in _variants()])
+# (every 8th variant in the quick subset, all of them in the whole suite)
+@pytest.mark.parametrize("name,variant", [pytest.param(name, variant, id=name, marks=pytest.mark.slow if i % 8 else ())
+                                          for i, (name, variant) in enumerate(_variants())])
 def test_generated_signatures_are_the_declared_ones(name, variant):
     for kernel, fn in _kernels(variant, name).items():
         declared = parameters(variant, kernel)
