@@ -148,7 +148,8 @@ def _formats(x, w, pc: PrecisionConfig, declared: NumericFormat | None, names: t
     elif pc.weight_scale is not None:
         if w.dtype == torch.uint8:  # two e2m1 values per byte along K; e4m3 block scales make it NVFP4
             nvfp4 = getattr(pc.weight_scale, "dtype", None) == torch.float8_e4m3fn
-            w_fmt, k = (NVFP4 if nvfp4 else MXFP4), 2 * w.shape[-2]
+            w_fmt = NVFP4 if nvfp4 else MXFP4
+            k = w_fmt.logical_k(w.shape[-2])
         elif w.dtype in MX_FP8_BY_DTYPE:
             if w.dtype == torch.float8_e4m3fn and isinstance(pc.weight_scale, torch.Tensor) and \
                     pc.weight_scale.is_floating_point():  # (block scales of another float dtype: not e8m0 bytes)
