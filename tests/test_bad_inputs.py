@@ -636,7 +636,7 @@ WEIGHTS = [
         r"in must be even for mxfp4 .*got in=63 \(weight \(2, 63, 8\), layout='in_out'\)"),
     bad("prepare-checkpoint-for-bf16", lambda c: ogsgen.prepare_expert_weights(
         (c.zeros(2, 8, 32, dtype=torch.uint8), c.scales(2, 8, 2)), format="bf16"),
-        r"a \(values, scales\) checkpoint must be MX-quantized", r"pass format='mxfp4'"),
+        r"a \(values, scales\) checkpoint must be quantized along `in`", r"pass format= one of \['mxfp4'"),
     bad("prepare-checkpoint-3-tuple", lambda c: ogsgen.prepare_expert_weights(
         (c.zeros(2, 8, 32, dtype=torch.uint8), c.scales(2, 8, 2), None), format="mxfp4"),
         r"a checkpoint weight must be a \(values, scales\) tuple of 2 tensors, got a tuple of 3"),
@@ -644,16 +644,16 @@ WEIGHTS = [
         r"checkpoint values must be a tensor, got list", exc=SpecTypeError),
     bad("prepare-checkpoint-scales-shape", lambda c: ogsgen.prepare_expert_weights(
         (c.zeros(2, 8, 32, dtype=torch.uint8), c.scales(2, 4, 2)), format="mxfp4", value_layout="strided"),
-        r"scales must be \(E, out, in // 32\) matching values \(2, 8, 32\), got \(2, 4, 2\)"),
+        r"scales must be \(E, out, in // 32\) = \(2, 8, 2\) for values \(2, 8, 32\) .*got \(2, 4, 2\)"),
     bad("prepare-checkpoint-scales-count", lambda c: ogsgen.prepare_expert_weights(
         (c.zeros(2, 8, 32, dtype=torch.uint8), c.scales(2, 8, 3)), format="mxfp4", value_layout="strided"),
-        r"scales must be \(E, out, in // 32\) .*got \(2, 8, 3\); in=64 takes 2 scales per row"),
+        r"scales must be \(E, out, in // 32\) = \(2, 8, 2\) .*in=64: one scale per 32 values.*got \(2, 8, 3\)"),
     bad("prepare-checkpoint-values-float", lambda c: ogsgen.prepare_expert_weights(
         (c.zeros(2, 8, 32), c.scales(2, 8, 2)), format="mxfp4", value_layout="strided"),
         r"checkpoint values must be torch\.uint8 \(packed mxfp4 values.*got torch\.float32"),
     bad("prepare-checkpoint-scales-float", lambda c: ogsgen.prepare_expert_weights(
         (c.zeros(2, 8, 32, dtype=torch.uint8), c.zeros(2, 8, 2)), format="mxfp4", value_layout="strided"),
-        r"checkpoint scales must be torch\.uint8 \(e8m0 scale codes\).*got torch\.float32"),
+        r"checkpoint scales must be torch\.uint8 \(e8m0 scales\).*got torch\.float32"),
 ]
 
 FUNCTIONS = [

@@ -708,7 +708,7 @@ def test_prepare_gpt_oss_checkpoint(device):
                                              gate_up="interleaved")
     assert prepared.w.shape == (2, 48, 64) and prepared.weight_scale.shape == (2, 3, 64)
     assert torch.equal(prepared.dequantize(checkpoint_order=True), dequantize_mx_torch(values, scales, "e2m1"))
-    with pytest.raises(ogsgen.SpecError, match="must be MX-quantized along `in`"):
+    with pytest.raises(ogsgen.SpecError, match="must be quantized along `in` in 'out_in' layout"):
         ogsgen.prepare_expert_weights((values, scales), format="bf16")
     with pytest.raises(ogsgen.SpecError, match="format must be one of"):
         ogsgen.prepare_expert_weights(dense, format="int4")

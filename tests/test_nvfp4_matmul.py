@@ -136,9 +136,9 @@ def test_errors(device):
         ogsgen.prepare_expert_weights((codes, scales), format="nvfp4", global_scale=torch.ones(3))
     with pytest.raises(SpecError, match="global_scale must be torch.float32"):
         ogsgen.prepare_expert_weights((codes, scales), format="nvfp4", global_scale=global_scale.double())
-    with pytest.raises(SpecError, match="checkpoint weight_scale must be a torch.float8_e4m3fn"):
+    with pytest.raises(SpecError, match=r"checkpoint scales must be torch.float8_e4m3fn \(e4m3 scales\)"):
         ogsgen.prepare_expert_weights((codes, scales.float()), format="nvfp4", global_scale=global_scale)
-    with pytest.raises(SpecError, match=r"checkpoint weight_scale must be \(E, out, in // 16\)"):
+    with pytest.raises(SpecError, match=r"checkpoint scales must be \(E, out, in // 16\)"):
         ogsgen.prepare_expert_weights((codes, scales[..., :2]), format="nvfp4", global_scale=global_scale)
     with pytest.raises(SpecError, match="layout='out_in'"):
         ogsgen.prepare_expert_weights((codes, scales), format="nvfp4", global_scale=global_scale, layout="in_out")

@@ -91,9 +91,9 @@ def test_formats_express_fp8_and_mx():
         NumericFormat("e2m1")
     with pytest.raises(SpecError, match="flexpoint scaling applies to fp8"):
         NumericFormat("bf16", "flexpoint")
-    with pytest.raises(SpecError, match="'block_e8m0' scaling needs a block_size"):
+    with pytest.raises(SpecError, match="'block_e8m0' scales take block_size 32 .* got 0"):
         NumericFormat("e4m3", "block_e8m0")
-    with pytest.raises(SpecError, match="block_size applies to 'block_e8m0' and 'block_f32' scaling, not 'flexpoint'"):
+    with pytest.raises(SpecError, match="block_size applies to 'block_e8m0', 'block_f32' and 'block_e4m3' scaling, not 'flexpoint'"):
         NumericFormat("e4m3", "flexpoint", 32)
     with pytest.raises(SpecError, match="'block_f32' scales take block_size 128 .* or 0 .* got 32"):
         NumericFormat("e4m3", "block_f32", 32)

@@ -19,24 +19,19 @@ import torch
 
 from ..devices import check_kernel_device, target
 from ..errors import SpecError, SpecTypeError
-from ..numerics.fp8_blocks import FP8_BLOCK, quantize_fp8_torch
-from ..numerics.kernels import quantize_mx
+from ..numerics.codecs import codec_of
+from ..numerics.fp8_blocks import FP8_BLOCK
 from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values
-from ..numerics.mx import MX_BLOCK, ROUNDINGS
-from ..numerics.nvfp4 import NVFP4_BLOCK, _check_global_scale, quantize_nvfp4
+from ..numerics.mx import ROUNDINGS
+from ..numerics.nvfp4 import _check_global_scale
 from ..numerics.operands import dequantize_operand
-from ..spec.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, MXFP4, MXFP8_E4M3, MXFP8_E5M2, format_named
+from ..spec.formats import BY_NAME, format_named
 from ..spec.operands import ScaledOperand
 from ..types import FlexCtx, InFlexData, PrecisionConfig
 
-FORMATS = ("bf16", "fp16", "fp32", "fp8e4m3", "fp8e5m2", "mxfp4", "mxfp8e4m3", "mxfp8e5m2", "fp8e4m3_b128",
-           "fp8e4m3_channel", "nvfp4")
-# format names (NumericFormat.name) -> what preparing them needs
-_PLAIN = {f.name: f.torch_dtype for f in (BF16, FP16, FP32)}
-_FP8 = {f.name: f.torch_dtype for f in (FP8_E4M3, FP8_E5M2)}
-_MX = {f.name: f.element for f in (MXFP4, MXFP8_E4M3, MXFP8_E5M2)}
-# e4m3 with float32 scales: the (rows, columns) of the (out, in) matrix that share one scale
-_FP8_BLOCKS = {"fp8e4m3_b128": (FP8_BLOCK, FP8_BLOCK), "fp8e4m3_channel": (1, 0)}
+FORMATS = tuple(name for name, f in BY_NAME.items() if f.layout == "strided")  # (value_layout picks the layout)
+# quantize's options (a codec's, ogsgen.numerics.codecs) and the values that leave them unused
+_OPTION_DEFAULTS = {"rounding": "up", "pow2_scales": False, "global_scale": None}
 
 
 def _interleave(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -147,23 +142,29 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         raise SpecError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
     if not isinstance(pow2_scales, bool):
         raise SpecTypeError(f"pow2_scales must be a bool, got {pow2_scales!r}")
-    if pow2_scales and format != "fp8e4m3_b128":
-        raise SpecError(f"pow2_scales applies to format='fp8e4m3_b128', not {format!r}; leave it False")
-    if global_scale is not None and format != "nvfp4":
-        raise SpecError(f"global_scale applies to format='nvfp4' (a checkpoint's weight_scale_2), not {format!r}; "
-                        f"drop it")
+    fmt = format_named(format)
+    options = {"rounding": rounding, "pow2_scales": pow2_scales, "global_scale": global_scale}
+    for option, value in options.items():
+        default = _OPTION_DEFAULTS[option]
+        if option not in _codec_options(fmt) and (value is not None if default is None else value != default):
+            takers = [name for name in FORMATS if option in _codec_options(format_named(name))]
+            raise SpecError(f"{option} applies to format={' or '.join(map(repr, takers))}, not {format!r}; leave it "
+                            f"{default}")
+    options = {option: value for option, value in options.items() if option in _codec_options(fmt)}
     e4m3_checkpoint = isinstance(weight, torch.Tensor) and weight.dtype == torch.float8_e4m3fn
-    if format == "nvfp4" and isinstance(weight, tuple):
-        prepared = _prepare_nvfp4_checkpoint(weight, global_scale, bias, layout, gate_up)
-    elif weight_scale is not None or (e4m3_checkpoint and format in _FP8_BLOCKS):
-        prepared = _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format, pow2_scales)
+    if weight_scale is not None or (e4m3_checkpoint and fmt.scale_dtype == torch.float32):
+        prepared = _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, fmt, pow2_scales)
     elif isinstance(weight, tuple):
-        prepared = _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format)
+        prepared = _prepare_block_checkpoint(weight, bias, layout, gate_up, fmt, global_scale)
     else:
-        prepared = _prepare_dense(weight, bias, layout, gate_up, format, rounding, pow2_scales, global_scale)
+        prepared = _prepare_dense(weight, bias, layout, gate_up, fmt, options)
     if format == "mxfp4" and _wants_hopper_layout(value_layout, prepared.w.device):
         prepared.w = swizzle_mx_values(prepared.w)
     return prepared
+
+
+def _codec_options(fmt) -> tuple[str, ...]:
+    return codec_of(fmt).options if fmt.scheme.codec else ()
 
 
 def _wants_hopper_layout(value_layout: str, device: torch.device) -> bool:
@@ -191,114 +192,76 @@ def _kernel_bias(bias, gate_up):
     return (_interleave(bias, -1) if gate_up == "concatenated" else bias).float().contiguous()
 
 
-def _prepare_dense(weight, bias, layout, gate_up, format, rounding, pow2_scales, global_scale) -> PreparedWeights:
+def _prepare_dense(weight, bias, layout, gate_up, fmt, options) -> PreparedWeights:
     if not isinstance(weight, torch.Tensor) or weight.ndim != 3 or not weight.dtype.is_floating_point:
         raise SpecError("weight must be a float tensor (E, out, in) or (E, in, out), or a (values, scales) tuple")
     w = weight.mT if layout == "out_in" else weight          # (E, K, N)
     k, n = w.shape[-2:]
     _check_outputs(bias, w.shape[0], n, gate_up)
-    if format in _MX:
-        # quantize_mx runs a Triton kernel: the weight must be where kernels run (a meta tensor has no data; on a
-        # GPU the kernel would read its pointer, an illegal memory access)
-        check_kernel_device(weight, "weight")
-    if format == "mxfp4" and k % 2:
-        raise SpecError(f"in must be even for mxfp4 (two values per byte), got in={k} (weight {tuple(weight.shape)}, "
-                        f"layout={layout!r}); pad in with a zero feature")
-    if format in _FP8_BLOCKS:  # quantized in the checkpoint's own blocks of (out, in), then interleaved
-        values, scales = quantize_fp8_torch(w.mT, _FP8_BLOCKS[format], pow2_scales=pow2_scales)
-        return _prepared_fp8_blocks(values, scales, bias, format, gate_up, layout)
-    bias = _kernel_bias(bias, gate_up)
-    if gate_up == "concatenated":
-        w = _interleave(w, -1)
-    if format in _PLAIN:
-        return PreparedWeights(w.to(_PLAIN[format]).contiguous(), bias, format, gate_up=gate_up, layout=layout)
-    k_major = w.mT.float().contiguous()                      # (E, N, K): K contiguous
-    if format in _FP8:
-        largest = torch.finfo(_FP8[format]).max
-        per_expert = k_major.flatten(1)
-        absmax = per_expert.abs().amax(dim=1) if per_expert.shape[1] else per_expert.new_zeros(len(per_expert))
-        scale = (absmax / largest).clamp_min(torch.finfo(torch.float32).tiny)
-        values = (k_major / scale[:, None, None]).to(_FP8[format])
-        return PreparedWeights(values.mT, bias, format, scale=scale, gate_up=gate_up, layout=layout)
-    if format == "nvfp4":
-        codes, scales, global_scale = quantize_nvfp4(k_major, global_scale, per_expert=global_scale is None)
-        return PreparedWeights(codes.mT, bias, format, weight_scale=scales.mT.contiguous(),
-                               scale=global_scale.reshape(-1),
+    if fmt.scheme.codec is None:
+        w = _interleave(w, -1) if gate_up == "concatenated" else w
+        return PreparedWeights(w.to(fmt.torch_dtype).contiguous(), _kernel_bias(bias, gate_up), fmt.name,
                                gate_up=gate_up, layout=layout)
-    values, scales = quantize_mx(k_major, _MX[format], axis=-1, rounding=rounding)
-    return PreparedWeights(values.mT, bias, format, weight_scale=scales.mT.contiguous(), gate_up=gate_up,
-                           layout=layout)
+    codec = codec_of(fmt)
+    if codec.runs_kernels:
+        # (a Triton kernel quantizes: the weight must be where kernels run. A meta tensor has no data; on a GPU
+        # the kernel would read its pointer, an illegal memory access)
+        check_kernel_device(weight, "weight")
+    if fmt.logical_k(1) == 2 and k % 2:
+        raise SpecError(f"in must be even for {fmt.name} (two values per byte), got in={k} (weight "
+                        f"{tuple(weight.shape)}, layout={layout!r}); pad in with a zero feature")
+    # quantized in the checkpoint's own column order (fp8 blocks span 128 of them), then interleaved
+    values, scales, global_scale = codec.quantize(w.mT, fmt, **options)
+    return _prepared(values, scales, global_scale, bias, fmt, gate_up, layout)
 
 
-def _prepare_quantized_checkpoint(weight, bias, layout, gate_up, format) -> PreparedWeights:
-    if format not in _MX or layout != "out_in":
-        raise SpecError("a (values, scales) checkpoint must be MX-quantized along `in` in 'out_in' layout; "
-                        "pass format='mxfp4' (or 'mxfp8e4m3'/'mxfp8e5m2') and layout='out_in'")
+def _prepare_block_checkpoint(weight, bias, layout, gate_up, fmt, global_scale) -> PreparedWeights:
+    """A checkpoint quantized along ``in`` as (values, block scales), 'out_in': MX (gpt-oss: values may come as
+    (E, out, in // 32, 16) blocks) and NVFP4 (ModelOpt's (weight, weight_scale), global_scale=weight_scale_2)."""
+    takers = [name for name in FORMATS if format_named(name).scales_apply == "operand"]
+    if fmt.scales_apply != "operand" or layout != "out_in":
+        raise SpecError(f"a (values, scales) checkpoint must be quantized along `in` in 'out_in' layout: pass "
+                        f"format= one of {takers} and layout='out_in'")
     if len(weight) != 2:
         raise SpecError(f"a checkpoint weight must be a (values, scales) tuple of 2 tensors, got a tuple of "
                         f"{len(weight)}")
     values, scales = weight
-    values_dtype = format_named(format).torch_dtype
-    values_kind = "packed mxfp4 values, two per byte" if format == "mxfp4" else f"{format} values"
-    for name, t, dtype, kind in (("values", values, values_dtype, values_kind),
-                                 ("scales", scales, torch.uint8, "e8m0 scale codes")):
+    packed = fmt.logical_k(1) == 2
+    values_kind = f"packed {fmt.name} values, two per byte" if packed else f"{fmt.name} values"
+    for name, t, dtype, kind in (("values", values, fmt.torch_dtype, values_kind),
+                                 ("scales", scales, fmt.scale_dtype, f"{fmt.scale_element} scales")):
         if not isinstance(t, torch.Tensor):
             raise SpecTypeError(f"checkpoint {name} must be a tensor, got {type(t).__name__}")
         if t.dtype != dtype:
-            raise SpecError(f"checkpoint {name} must be {dtype} ({kind}) for format={format!r}, got {t.dtype}")
-    if values.ndim not in (3, 4):
-        packed = format == "mxfp4"
-        raise SpecError(f"checkpoint values must be (E, out, in{' // 2' if packed else ''}) or (E, out, in // 32, "
-                        f"{16 if packed else 32}) blocks, got shape {tuple(values.shape)}")
-    if values.ndim == 4:  # gpt-oss stores (E, out, in // 32, 16) blocks
+            raise SpecError(f"checkpoint {name} must be {dtype} ({kind}) for format={fmt.name!r}, got {t.dtype}")
+    block = fmt.block_size
+    if values.ndim == 4 and values.shape[-1] * (2 if packed else 1) == block:  # gpt-oss's (E, out, in // 32, 16)
         values = values.flatten(-2)
-    k = values.shape[-1] * (2 if format == "mxfp4" else 1)
-    if scales.ndim != 3 or values.shape[:2] != scales.shape[:2] or scales.shape[-1] != -(-k // MX_BLOCK):
-        raise SpecError(f"scales must be (E, out, in // 32) matching values {tuple(values.shape)}, "
-                        f"got {tuple(scales.shape)}; in={k} takes {-(-k // MX_BLOCK)} scales per row (one per "
-                        f"{MX_BLOCK} values, rounded up)")
-    _check_outputs(bias, values.shape[0], values.shape[1], gate_up)
-    if gate_up == "concatenated":
-        values, scales = _interleave(values, 1), _interleave(scales, 1)
-    return PreparedWeights(values.contiguous().mT, _kernel_bias(bias, gate_up), format,
-                           weight_scale=scales.mT.contiguous(), gate_up=gate_up, layout=layout)
-
-
-def _prepare_nvfp4_checkpoint(weight, global_scale, bias, layout, gate_up) -> PreparedWeights:
-    """A ModelOpt NVFP4 checkpoint as it is stored: (weight, weight_scale) and weight_scale_2 as global_scale."""
-    if layout != "out_in":
-        raise SpecError(f"an NVFP4 checkpoint is (E, out, in // 2) bytes: pass layout='out_in', got {layout!r}")
-    if len(weight) != 2:
-        raise SpecError(f"an NVFP4 checkpoint weight must be a (weight, weight_scale) tuple of 2 tensors, got a tuple "
-                        f"of {len(weight)}")
-    values, scales = weight
-    for name, t, dtype, kind in (("weight", values, torch.uint8, "two e2m1 codes per byte along in"),
-                                 ("weight_scale", scales, torch.float8_e4m3fn, f"one scale per {NVFP4_BLOCK} of in")):
-        if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.ndim != 3:
-            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise SpecError(f"checkpoint {name} must be a {dtype} tensor (E, out, ...) ({kind}) for format='nvfp4', "
-                            f"got {got}")
-    k = 2 * values.shape[-1]
-    if tuple(scales.shape) != (*values.shape[:2], k // NVFP4_BLOCK) or k % NVFP4_BLOCK:
-        raise SpecError(f"checkpoint weight_scale must be (E, out, in // {NVFP4_BLOCK}) = "
-                        f"{(*values.shape[:2], k // NVFP4_BLOCK)} for weight {tuple(values.shape)} (in={k}), got "
+    if values.ndim != 3:
+        raise SpecError(f"checkpoint values must be (E, out, in{' // 2' if packed else ''}) or (E, out, in // "
+                        f"{block}, {block // 2 if packed else block}) blocks, got shape {tuple(values.shape)}")
+    k = fmt.logical_k(values.shape[-1])
+    if scales.ndim != 3 or values.shape[:2] != scales.shape[:2] or scales.shape[-1] != -(-k // block):
+        raise SpecError(f"checkpoint scales must be (E, out, in // {block}) = {(*values.shape[:2], -(-k // block))} "
+                        f"for values {tuple(values.shape)} (in={k}: one scale per {block} values, rounded up), got "
                         f"{tuple(scales.shape)}")
-    if global_scale is None:
-        raise SpecError("an NVFP4 checkpoint needs its float32 global scale: pass global_scale=weight_scale_2 (a "
-                        "scalar, or one per expert)")
-    _check_global_scale(global_scale, (values.shape[0],))  # (its dtype, shape and finiteness, named global_scale)
+    if fmt.has_global_scale:
+        if global_scale is None:
+            raise SpecError(f"an {fmt.name} checkpoint needs its float32 global scale: pass "
+                            f"global_scale=weight_scale_2 (ModelOpt's name: a scalar, or one per expert)")
+        _check_global_scale(global_scale, (values.shape[0],))  # (its dtype, shape and finiteness)
+        global_scale = global_scale.reshape(-1).contiguous()
     _check_outputs(bias, values.shape[0], values.shape[1], gate_up)
-    if gate_up == "concatenated":
-        values, scales = _interleave(values, 1), _interleave(scales, 1)
-    return PreparedWeights(values.contiguous().mT, _kernel_bias(bias, gate_up), "nvfp4",
-                           weight_scale=scales.mT.contiguous(), scale=global_scale.reshape(-1).contiguous(),
-                           gate_up=gate_up, layout=layout)
+    return _prepared(values.contiguous(), scales, global_scale, bias, fmt, gate_up, layout)
 
 
-def _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format, pow2_scales) -> PreparedWeights:
-    if format not in _FP8_BLOCKS:
-        raise SpecError(f"weight_scale= goes with an e4m3 checkpoint of format 'fp8e4m3_b128' or 'fp8e4m3_channel', "
-                        f"not {format!r}; MX checkpoints pass weight=(values, scales)")
+def _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, fmt, pow2_scales) -> PreparedWeights:
+    """An e4m3 checkpoint with float32 scales (its (out, in) blocks: DeepSeek's 128 x 128, or per output column)."""
+    format = fmt.name
+    if fmt.scale_dtype != torch.float32:
+        takers = [name for name in FORMATS if format_named(name).scale_dtype == torch.float32]
+        raise SpecError(f"weight_scale= goes with an e4m3 checkpoint of format {' or '.join(map(repr, takers))}, "
+                        f"not {format!r}; MX and NVFP4 checkpoints pass weight=(values, scales)")
     if weight_scale is None:
         raise SpecError(f"an e4m3 weight of format {format!r} needs its checkpoint's float32 scales: pass "
                         f"weight_scale=")
@@ -319,7 +282,7 @@ def _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format,
         raise SpecError("pow2_scales applies when quantizing bf16/fp32 weights; a checkpoint's scales are taken as "
                         "they are: leave it False")
     # The scales' accepted shapes, each with the view that turns it into (E, out blocks, in blocks).
-    if format == "fp8e4m3_b128":
+    if fmt.block_size:
         blocks_n, blocks_k = -(-n // FP8_BLOCK), -(-k // FP8_BLOCK)
         accepted = ({(n_expts, blocks_n, blocks_k): lambda s: s} if layout == "out_in" else
                     {(n_expts, blocks_k, blocks_n): lambda s: s.mT})
@@ -332,14 +295,20 @@ def _prepare_fp8_checkpoint(weight, weight_scale, bias, layout, gate_up, format,
         raise SpecError(f"weight_scale of format {format!r} for a {layout!r} weight {tuple(weight.shape)} must have "
                         f"shape {expected}, got {tuple(weight_scale.shape)}")
     _check_outputs(bias, n_expts, n, gate_up)
-    return _prepared_fp8_blocks(values.contiguous(), as_out_in(weight_scale), bias, format, gate_up, layout)
+    return _prepared(values.contiguous(), as_out_in(weight_scale), None, bias, fmt, gate_up, layout)
 
 
-def _prepared_fp8_blocks(values, scales, bias, format, gate_up, layout) -> PreparedWeights:
-    """PreparedWeights of K-contiguous e4m3 values (E, N, K) and their scales (E, out blocks, in blocks)."""
+def _prepared(values, scales, global_scale, bias, fmt, gate_up, layout) -> PreparedWeights:
+    """PreparedWeights of K-contiguous values (E, N, stored K), their block scales (E, N or blocks of N, K blocks)
+    and per-tensor scales, in the checkpoint's column order."""
     if gate_up == "concatenated":
-        if format == "fp8e4m3_b128":  # blocks of 128 columns split by the interleaving: one scale a column
-            scales = scales.repeat_interleave(FP8_BLOCK, dim=1)[:, :values.shape[1]]
-        values, scales = _interleave(values, 1), _interleave(scales, 1)
-    return PreparedWeights(values.mT, _kernel_bias(bias, gate_up), format, weight_scale=scales.mT, gate_up=gate_up,
-                           layout=layout)
+        block_n = 1 if scales is None else fmt.scale_block_n(scales.mT, values.shape[1])
+        if block_n > 1:  # blocks of columns split by the interleaving: one scale a column
+            scales = scales.repeat_interleave(block_n, dim=1)[:, :values.shape[1]]
+        values, scales = _interleave(values, 1), None if scales is None else _interleave(scales, 1)
+    if scales is not None:
+        # (scales applied to the values are read a tile of columns at a time: N contiguous; float32 block scales
+        # stay views of an e4m3 checkpoint's)
+        scales = scales.mT.contiguous() if fmt.scales_apply == "operand" else scales.mT
+    return PreparedWeights(values.mT, _kernel_bias(bias, gate_up), fmt.name, weight_scale=scales, scale=global_scale,
+                           gate_up=gate_up, layout=layout)

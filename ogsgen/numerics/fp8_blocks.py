@@ -33,6 +33,7 @@ from ..devices import check_kernel_device, interpreting
 from ..errors import SpecError, SpecTypeError
 from ..spec.formats import FP8_BLOCK
 from . import interpreter
+from .codecs import Codec
 
 FP8_E4M3_MAX = 448.0     # e4m3's largest finite value: a block's scale maps its amax onto it
 QUANTIZE_SLAB = 1 << 24  # input elements quantized at a time by quantize_fp8_torch (a bounded temporary)
@@ -140,6 +141,24 @@ def dequantize_fp8_torch(values: torch.Tensor, scales: torch.Tensor, block) -> t
     expanded = expanded.repeat_interleave(bc, dim=-1)[..., :cols] if bc else expanded
     return values.float() * expanded
 
+
+
+def _quantize_weights(rows: torch.Tensor, fmt, pow2_scales: bool = False):
+    """e4m3 values of (..., N, K) floats and their scales, in the checkpoint's blocks of (out, in): 128 x 128, or
+    one per output column (channel)."""
+    if pow2_scales and not fmt.block_size:
+        raise SpecError(f"pow2_scales applies to format='fp8e4m3_b128', not {fmt.name!r}; leave it False")
+    values, scales = quantize_fp8_torch(rows, (FP8_BLOCK, FP8_BLOCK) if fmt.block_size else (1, 0),
+                                        pow2_scales=pow2_scales)
+    return values, scales, None
+
+
+def _dequantize_weights(values, block_scales, fmt):
+    block = (FP8_BLOCK if fmt.block_size else 0, fmt.scale_block_n(block_scales, values.shape[-1]))
+    return dequantize_fp8_torch(values, block_scales, block)
+
+
+CODEC = Codec(_quantize_weights, _dequantize_weights, options=("pow2_scales",))
 
 @triton.jit
 def _pow2_scale(amax_bits):

@@ -10,8 +10,9 @@ from ..devices import check_kernel_device
 from ..errors import SpecError
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
 from . import interpreter
+from .codecs import Codec
 from .jit import pack_e2m1_rows, scale_mx_rows, upcast_mx_rows
-from .mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK, _check, _check_axis, _check_tensor
+from .mx import ELEMENT_MAX, FP8_DTYPES, MX_BLOCK, _check, _check_axis, _check_tensor, dequantize_mx_torch
 
 _TL_FP8 = {name: getattr(tl, ELEMENTS[name].tl_dtype.removeprefix("tl.")) for name in FP8_ELEMENTS}
 
@@ -121,3 +122,14 @@ def dequantize_mx(values: torch.Tensor, scales: torch.Tensor, element: str, axis
         _dequantize_rows[grid](rows, row_scales, out, rows.shape[0], size, rows.stride(0), row_scales.stride(0),
                                out.stride(0), ELEMENT=element, BLOCK_R=_BLOCK_R, BLOCK_S=_BLOCK_S)
     return out.reshape(*packed.shape[:-1], size).movedim(-1, axis)
+
+
+def _quantize_weights(rows: torch.Tensor, fmt, rounding: str = "up"):
+    """MX values and e8m0 scales of (..., N, K) floats, quantized along K on their device."""
+    values, scales = quantize_mx(rows.float().contiguous(), fmt.element, axis=-1, rounding=rounding)
+    return values, scales, None
+
+
+CODEC = Codec(_quantize_weights,
+              lambda values, block_scales, fmt: dequantize_mx_torch(values.mT, block_scales.mT, fmt.element).mT,
+              options=("rounding",), runs_kernels=True)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import SpecError, SpecTypeError
+from .codecs import Codec
 from .fp8_blocks import FP8_E4M3_MAX
 from .jit import upcast_nvfp4_rows  # noqa: F401  (with the other upcasts, which kernels import from jit)
 from .mx import _check_tensor, decode_e2m1, encode_e2m1
@@ -112,9 +113,13 @@ def dequantize_nvfp4(codes: torch.Tensor, block_scales: torch.Tensor, global_sca
     if block_scales.device != codes.device:
         raise SpecError(f"block_scales is on {block_scales.device}, codes on {codes.device}: move them to one device")
     g = _check_global_scale(global_scale, tuple(codes.shape[:-1])).to(codes.device)
+    return (_scaled_blocks(codes, block_scales) * g).flatten(-2)
+
+
+def _scaled_blocks(codes: torch.Tensor, block_scales: torch.Tensor) -> torch.Tensor:
+    """e2m1 values times their block scales (exact: at most 5 significant bits), (..., K // 16, 16)."""
     values = decode_e2m1(torch.stack([codes & 15, codes >> 4], dim=-1).flatten(-2))
-    blocks = values.unflatten(-1, (-1, NVFP4_BLOCK)) * block_scales.float()[..., None]  # exact: <= 5 bits
-    return (blocks * g).flatten(-2)
+    return values.unflatten(-1, (-1, NVFP4_BLOCK)) * block_scales.float()[..., None]
 
 
 def quantize_nvfp4(weight: torch.Tensor, global_scale: torch.Tensor | None = None, *, per_expert: bool = False):
@@ -165,3 +170,15 @@ def quantize_nvfp4(weight: torch.Tensor, global_scale: torch.Tensor | None = Non
     nibbles = encode_e2m1(scaled.flatten(-2))
     codes = nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)
     return codes, block_scales, global_scale
+
+
+def _quantize_weights(rows: torch.Tensor, fmt, global_scale: torch.Tensor | None = None):
+    """NVFP4 codes and block scales of (E, N, K) floats, with the global scale given or one per expert."""
+    codes, block_scales, global_scale = quantize_nvfp4(rows.float().contiguous(), global_scale,
+                                                       per_expert=global_scale is None)
+    return codes, block_scales, global_scale.reshape(-1)
+
+
+CODEC = Codec(_quantize_weights,
+              lambda values, block_scales, fmt: _scaled_blocks(values.mT, block_scales.mT).flatten(-2).mT,
+              options=("global_scale",))

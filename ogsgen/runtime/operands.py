@@ -11,7 +11,7 @@ import torch
 from ..devices import target
 from ..errors import SpecError, UnsupportedError
 from ..numerics.layouts import SwizzledMxValues
-from ..spec.formats import (ELEMENTS, FLEX_BY_DTYPE, FP8_BLOCK, FP8_E4M3_B128, FP8_E4M3_CHANNEL, MX_BLOCK,
+from ..spec.formats import (FLEX_BY_DTYPE, FP8_BLOCK, FP8_E4M3_B128, FP8_E4M3_CHANNEL, MX_BLOCK,
                             MX_FP8_BY_DTYPE, MXFP4, MXFP4_HOPPER, NVFP4, NumericFormat, plain_format_of)
 from ..spec.operands import ScaledOperand
 from ..spec.variant import KernelVariant
@@ -328,8 +328,7 @@ def _check_scales(pc: PrecisionConfig, x_fmt, w_fmt, y_fmt, w, k, n, x_lead: tup
         scale, block, element = pc.weight_scale, w_fmt.block_size, w_fmt.scale_element
         k_blocks = -(-k // block)
         expected = (w_batch, k_blocks, n) if w.ndim == 3 else (k_blocks, n)
-        dtype = torch.uint8 if element == "e8m0" else ELEMENTS[element].torch_dtype  # (e8m0 codes are bytes)
-        check_tensor(scale, names[0], dtype=dtype)
+        check_tensor(scale, names[0], dtype=w_fmt.scale_dtype)
         # K groups past cdiv(K, block) are padding, never read: vLLM pads mxfp4's to a multiple of 4 on Hopper
         shape = tuple(scale.shape)
         if len(shape) != len(expected) or shape[-2] < k_blocks or shape[:-2] + shape[-1:] != expected[:-2] + (n,):

@@ -28,13 +28,6 @@ import torch
 
 from ..errors import SpecError
 
-SCALINGS = ("none", "flexpoint", "block_e8m0", "block_f32", "block_e4m3")
-# The element of a scaling's scales: e8m0 bytes (powers of two) or float32 values
-SCALE_ELEMENTS = {"none": None, "flexpoint": "fp32", "block_e8m0": "e8m0", "block_f32": "fp32", "block_e4m3": "e4m3"}
-# Scalings whose scales apply to the values, in registers, before the dot (their elements are upcast there)
-UPCAST_SCALINGS = ("block_e8m0", "block_e4m3")
-# Scalings with one float32 scale per tensor (or per expert or batch entry), applied in the epilogue
-GLOBAL_SCALINGS = ("flexpoint", "block_e4m3")
 LAYOUTS = ("strided", "hopper")
 
 MX_BLOCK = 32  # values along K that share one e8m0 scale (the OCP MX block)
@@ -71,6 +64,38 @@ FP8_ELEMENTS = tuple(name for name, e in ELEMENTS.items() if e.is_fp8)
 
 
 @dataclass(frozen=True)
+class Scaling:
+    """One way of scaling values: every fact of it that ogsgen uses, in one place (a new scaling is one entry in
+    ``SCALINGS`` plus its ``codec`` module)."""
+    name: str
+    elements: tuple[str, ...]          # the value elements it scales
+    scale_element: str | None = None   # the element of its block scales (or of its per-tensor scale)
+    block_sizes: tuple[int, ...] = (0,)  # values along K per block scale it takes (0: one scale for all of K)
+    block_scales_apply: str | None = None  # "operand" (upcast in registers before the dot) or "k_group"; None:
+    global_scale: bool = False         # one float32 scale per tensor (or expert), applied in the epilogue
+    codec: str | None = None           # the ogsgen.numerics module with its codec (quantize, dequantize in torch)
+    prefix: str = ""                   # its formats' names: prefix + the element's short name (+ a block suffix)
+
+    @property
+    def has_block_scales(self) -> bool:
+        return self.block_scales_apply is not None
+
+
+def _short_name(element: str) -> str:
+    return "fp4" if element == "e2m1" else f"fp8{element}" if ELEMENTS[element].is_fp8 else element
+
+
+SCALINGS = {s.name: s for s in (
+    Scaling("none", tuple(e for e in ELEMENTS if e != "e2m1")),
+    Scaling("flexpoint", FP8_ELEMENTS, "fp32", global_scale=True, codec="flex"),
+    Scaling("block_e8m0", MX_ELEMENTS, "e8m0", (MX_BLOCK,), "operand", codec="kernels", prefix="mx"),
+    Scaling("block_f32", FP8_ELEMENTS, "fp32", (FP8_BLOCK, 0), "k_group", codec="fp8_blocks"),
+    Scaling("block_e4m3", ("e2m1",), "e4m3", (NVFP4_BLOCK,), "operand", global_scale=True, codec="nvfp4",
+            prefix="nv"),
+)}
+
+
+@dataclass(frozen=True)
 class NumericFormat:
     element: str
     scaling: str = "none"
@@ -81,27 +106,33 @@ class NumericFormat:
         if self.element not in ELEMENTS:
             raise SpecError(f"format element must be one of {sorted(ELEMENTS)}, got {self.element!r}")
         if self.scaling not in SCALINGS:
-            raise SpecError(f"format scaling must be one of {SCALINGS}, got {self.scaling!r}")
+            raise SpecError(f"format scaling must be one of {tuple(SCALINGS)}, got {self.scaling!r}")
         if self.layout not in LAYOUTS:
             raise SpecError(f"format layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if self.scaling == "block_e8m0" and self.block_size <= 0:
-            raise SpecError(f"format {self.element}: 'block_e8m0' scaling needs a block_size (values along K per "
-                            f"scale)")
-        if self.scaling == "block_f32" and self.block_size not in (0, FP8_BLOCK):
-            raise SpecError(f"format {self.element}: 'block_f32' scales take block_size {FP8_BLOCK} (a scale per "
-                            f"{FP8_BLOCK} values of K) or 0 (one for all of K), got {self.block_size}")
-        if self.scaling == "block_e4m3" and (self.element, self.block_size) != ("e2m1", NVFP4_BLOCK):
-            raise SpecError(f"'block_e4m3' scaling is NVFP4: e2m1 values with block_size {NVFP4_BLOCK}, got "
-                            f"{self.element} with block_size {self.block_size}")
-        if self.scaling not in ("block_e8m0", "block_f32", "block_e4m3") and self.block_size:
-            raise SpecError(f"format {self.element}: block_size applies to 'block_e8m0' and 'block_f32' scaling, not "
-                            f"{self.scaling!r} (and to NVFP4's 'block_e4m3')")
-        if self.element == "e2m1" and self.scaling not in UPCAST_SCALINGS:
-            raise SpecError("e2m1 (fp4) values need block_e8m0 scales (use MXFP4) or block_e4m3 scales (NVFP4)")
+        scaling = self.scheme
+        if self.element not in scaling.elements:
+            if self.element in SCALINGS["none"].elements:
+                raise SpecError(f"{self.scaling} scaling applies to {_elements_phrase(scaling.elements)}, not "
+                                f"{self.element}")
+            takers = [s for s in SCALINGS.values() if self.element in s.elements]
+            raise SpecError(f"{_elements_phrase((self.element,))} values need "
+                            + " or ".join(f"{s.name} scales (use {_example_of(s, self.element)})" for s in takers))
+        if self.block_size not in scaling.block_sizes:
+            if not scaling.has_block_scales:
+                blocked = [repr(s.name) for s in SCALINGS.values() if s.has_block_scales]
+                raise SpecError(f"format {self.element}: block_size applies to {', '.join(blocked[:-1])} and "
+                                f"{blocked[-1]} scaling, not {self.scaling!r}")
+            sizes = " or ".join(f"{b} (a scale per {b} values of K)" if b else "0 (one for all of K)"
+                                for b in scaling.block_sizes)
+            raise SpecError(f"format {self.element}: {self.scaling!r} scales take block_size {sizes}, got "
+                            f"{self.block_size}")
         if self.layout == "hopper" and (self.element, self.scaling) != ("e2m1", "block_e8m0"):
             raise SpecError(f"the hopper layout holds mxfp4 values, not {self.element} ({self.scaling})")
-        if self.scaling in ("flexpoint", "block_f32") and self.bits != 8:
-            raise SpecError(f"{self.scaling} scaling applies to fp8 elements, not {self.element}")
+
+    @property
+    def scheme(self) -> Scaling:
+        """The declaration of this format's scaling."""
+        return SCALINGS[self.scaling]
 
     @property
     def bits(self) -> int:
@@ -112,28 +143,35 @@ class NumericFormat:
         """Where a kernel applies the scales: ``"none"``; ``"operand"`` (to the values, before the dot);
         ``"k_group"`` (to each group of ``block_size`` K values' partial product); ``"epilogue"`` (once, to the
         accumulated products)."""
-        if self.scaling == "none":
-            return "none"
-        if self.scaling in UPCAST_SCALINGS:
+        scaling = self.scheme
+        if scaling.block_scales_apply == "operand":
             return "operand"
-        return "k_group" if self.scaling == "block_f32" and self.block_size else "epilogue"
+        if scaling.has_block_scales and self.block_size:
+            return scaling.block_scales_apply
+        return "epilogue" if scaling.scale_element else "none"
 
     @property
     def scale_element(self) -> str | None:
         """The element of the block scales: 'e8m0' (uint8 powers of two), 'e4m3', 'fp32', or None for plain
         values."""
-        return SCALE_ELEMENTS[self.scaling]
+        return self.scheme.scale_element
+
+    @property
+    def scale_dtype(self) -> torch.dtype | None:
+        """The dtype of the tensor that stores the block scales (uint8 for e8m0 codes)."""
+        element = self.scale_element if self.has_block_scales else None
+        return None if element is None else torch.uint8 if element == "e8m0" else ELEMENTS[element].torch_dtype
 
     @property
     def has_global_scale(self) -> bool:
         """One float32 scale for the whole tensor (or one per expert or batch entry)."""
-        return self.scaling in GLOBAL_SCALINGS
+        return self.scheme.global_scale
 
     @property
     def has_block_scales(self) -> bool:
         """Scales that vary along K or across rows and columns (MX, fp8 block and channel scales), not one
         per tensor."""
-        return self.scaling in ("block_e8m0", "block_f32", "block_e4m3")
+        return self.scheme.has_block_scales
 
     def logical_k(self, stored_rows: int) -> int:
         """K of values stored in ``stored_rows`` rows along K (packed e2m1: two values a byte)."""
@@ -152,16 +190,9 @@ class NumericFormat:
     @property
     def name(self) -> str:
         """Short name used inside canonical kernel names."""
-        if self.scaling == "block_e8m0":
-            base = "mxfp4" if self.element == "e2m1" else f"mxfp8{self.element}"
-        elif self.scaling == "block_e4m3":
-            base = "nvfp4"
-        elif self.scaling == "flexpoint":
-            base = f"fp8{self.element}"
-        elif self.scaling == "block_f32":
-            base = f"fp8{self.element}_b{self.block_size}" if self.block_size else f"fp8{self.element}_channel"
-        else:
-            base = self.element
+        base = self.scheme.prefix + _short_name(self.element)
+        if self.scaling == "block_f32":
+            base += f"_b{self.block_size}" if self.block_size else "_channel"
         return base if self.layout == "strided" else f"{base}{self.layout.replace('_', '')}"
 
     def describe(self) -> dict:
@@ -188,6 +219,16 @@ BY_NAME = {f.name: f for f in (BF16, FP16, FP32, FP8_E4M3, FP8_E5M2, MXFP4, MXFP
 _PLAIN_BY_DTYPE = {f.torch_dtype: f for f in (BF16, FP16, FP32)}
 FLEX_BY_DTYPE = {f.torch_dtype: f for f in (FP8_E4M3, FP8_E5M2)}      # an fp8 tensor with a flexpoint scale
 MX_FP8_BY_DTYPE = {f.torch_dtype: f for f in (MXFP8_E4M3, MXFP8_E5M2)}  # an fp8 tensor with e8m0 block scales
+
+
+def _elements_phrase(elements) -> str:
+    if tuple(elements) == FP8_ELEMENTS:
+        return "fp8 elements"
+    return ", ".join("e2m1 (fp4)" if e == "e2m1" else e for e in elements)
+
+
+def _example_of(scaling: Scaling, element: str) -> str:
+    return next(constant_name(f) for f in BY_NAME.values() if (f.scaling, f.element) == (scaling.name, element))
 
 
 _CONSTANT_NAMES = {fmt: name for name, fmt in globals().items() if isinstance(fmt, NumericFormat) and name.isupper()}
