@@ -224,7 +224,7 @@ def _upcast_tile(Values, Scales, Out, ROWS: tl.constexpr, K: tl.constexpr):
     rows = tl.arange(0, ROWS)
     values = tl.load(Values + rows[:, None] * (K // 2) + tl.arange(0, K // 2)[None, :])
     scales = tl.load(Scales + rows[:, None] * (K // 16) + tl.arange(0, K // 16)[None, :])
-    out = upcast_nvfp4_rows(values, scales, Out.dtype.element_ty)
+    out = upcast_nvfp4_rows(values, scales, "e2m1", Out.dtype.element_ty)
     tl.store(Out + rows[:, None] * K + tl.arange(0, K)[None, :], out)
 
 

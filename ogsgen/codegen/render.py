@@ -13,6 +13,7 @@ import jinja2.meta
 from .._resources import data_dir
 from .._version import __version__
 from ..numerics import jit
+from ..numerics.codecs import codec_of
 from ..numerics.mx import ELEMENT_MAX
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
 from ..spec.functions import function_source_hash
@@ -73,23 +74,37 @@ def template_sha256(name: str) -> str:
 
 
 def helpers_used(variant: KernelVariant) -> dict:
-    """The ``ogsgen.numerics.jit`` functions a variant's kernel imports, by name."""
+    """The @triton.jit helpers a variant's kernel imports (``ogsgen.numerics``), by name."""
     helpers = {}
     if variant.folds_mx_scales:  # (they call the upcasts)
         helpers.update(mxfp4_fold_reference=jit.mxfp4_fold_reference, dot_mxfp4_folded=jit.dot_mxfp4_folded,
                        unfold_mxfp4_scales=jit.unfold_mxfp4_scales, dot_mxfp4_blocks=jit.dot_mxfp4_blocks)
     elif variant.w.layout == "hopper":
         helpers["upcast_mxfp4_hopper_words"] = jit.upcast_mxfp4_hopper_words
-    if variant.w.scale_element == "e4m3":
-        helpers["upcast_nvfp4_rows"] = jit.upcast_nvfp4_rows
-    if (variant.w.layout != "hopper" and variant.w.scale_element == "e8m0" and not variant.folds_mx_scales) \
-            or variant.x.scales_apply == "operand":
-        helpers["upcast_mx_rows"] = jit.upcast_mx_rows
+    for reader in (_reader(variant, "x"), _reader(variant, "w")):
+        if reader is not None:
+            helpers[reader.__name__] = reader
     if variant.upcasts_in_registers:
         helpers["request_wgmma_waits"] = jit.request_wgmma_waits
     if variant.y.scaling == "block_e8m0":
         helpers["scale_mx_rows"] = jit.scale_mx_rows
     return helpers
+
+
+def _reader(variant: KernelVariant, operand: str):
+    """The in-kernel reader of an operand whose scales apply to its strided values (its codec's), or None."""
+    fmt = getattr(variant, operand)
+    if fmt.scales_apply != "operand" or fmt.layout != "strided" or (operand == "w" and variant.folds_mx_scales):
+        return None
+    return codec_of(fmt).reader
+
+
+def _helper_imports(helpers: dict) -> list[tuple[str, list[str]]]:
+    """(module, names) of the helpers, one import per module."""
+    modules = {}
+    for name, fn in sorted(helpers.items()):
+        modules.setdefault(fn.fn.__module__, []).append(name)  # (the Python function's: jit and interpreted alike)
+    return sorted(modules.items())
 
 
 def expected_provenance(variant: KernelVariant) -> dict:
@@ -146,7 +161,9 @@ def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
         y_tl_dtype=_TL_DTYPE[variant.y.element],
         y_max_finite=_MAX_FINITE.get(variant.y.element, ""),
         fp8_dot=variant.fp8_dot,
-        helpers=sorted(helpers_used(variant)),
+        helper_imports=_helper_imports(helpers_used(variant)),
+        x_reader=getattr(_reader(variant, "x"), "__name__", None),
+        w_reader=getattr(_reader(variant, "w"), "__name__", None),
         y_mx=_mx_constants(variant.y.element) if variant.y.scaling == "block_e8m0" else {},
         ragged_rows_bound=hex(RAGGED_ROWS_BOUND),
     )

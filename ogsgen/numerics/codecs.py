@@ -1,4 +1,5 @@
-"""A scaling's codec: how torch quantizes floats to its formats and what float32 values they mean.
+"""A scaling's codec: how torch quantizes floats to its formats, what float32 values they mean, and the in-kernel
+reader that upcasts them.
 
 The format's scaling names the module that defines its ``CODEC`` (``ogsgen.spec.formats.SCALINGS``), so that
 preparing weights (``ogsgen.moe.weights``), dequantizing operands (``ogsgen.numerics.operands``) and the references
@@ -23,6 +24,9 @@ class Codec:
     dequantize: Callable
     options: tuple[str, ...] = ()   # quantize's keyword options (prepare_expert_weights passes them through)
     runs_kernels: bool = False      # quantize launches Triton kernels: the floats must be where kernels run
+    # The @triton.jit function a kernel upcasts a tile of strided values with, for scales applied to the values:
+    # reader(values (R, stored S), block scales (R, S // block), ELEMENT, OUT_DTYPE) -> (R, S) of OUT_DTYPE
+    reader: object = None
 
 
 def codec_of(fmt: NumericFormat) -> Codec:

@@ -335,43 +335,6 @@ def pack_e2m1_rows(scaled):
     return even | (odd << 4)
 
 
-@triton.jit
-def e4m3_values(codes):
-    """e4m3 block scales (tl.float8e4nv, or their bits as uint8) -> their float32 values, exactly, with integer
-    operations: an e4m3 code's exponent and mantissa bits placed in an fp16's read as its value times 2**-8
-    (subnormals too); the hardware fp16 -> fp32 conversion is exact. 0x7F and 0xFF, e4m3's NaN, give NaN."""
-    if codes.dtype == tl.float8e4nv:
-        codes = codes.to(tl.uint8, bitcast=True)
-    bits = codes.to(tl.int32)
-    half_bits = ((bits & 0x7F) << 7) | ((bits & 0x80) << 8)
-    value = half_bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
-    return tl.where((bits & 0x7F) == 0x7F, float("nan"), value)
-
-
-@triton.jit
-def upcast_nvfp4_rows(values, scales, OUT_DTYPE: tl.constexpr):
-    """A (R, S) tile of NVFP4 rows (R rows of W^T, S values of K: the K-major W tile of ``upcast_mx_rows``), as
-    OUT_DTYPE: each e2m1 value times its block scale, exact in bf16, fp16 and fp32.
-
-    values: (R, S // 2) uint8, two e2m1 codes per byte (value 2i in the low nibble of byte i); scales:
-    (R, S // 16) e4m3 block scales (tl.float8e4nv, or their bits as uint8). A NaN scale gives NaN for its 16
-    values, a scale of 0 zeros. The global scale (per tensor or per expert) is NOT applied: the caller multiplies
-    its fp32 accumulator by it in the epilogue. bf16 takes the packed bf16x2 upcast of mxfp4 (the e4m3 scale is
-    exact in bf16), the others fp32 products, rounded once to OUT_DTYPE (exactly: at most 5 significant bits).
-    """
-    ROWS: tl.constexpr = scales.shape[0]
-    BLOCKS: tl.constexpr = scales.shape[1]
-    factors = e4m3_values(scales)[:, :, None]
-    if OUT_DTYPE == tl.bfloat16:
-        low, high = e2m1_bytes_to_bf16(tl.reshape(values, (ROWS, BLOCKS, 8)),
-                                       tl.broadcast_to(factors.to(tl.bfloat16), (ROWS, BLOCKS, 8)))
-    else:
-        codes = tl.reshape(values.to(tl.int32), (ROWS, BLOCKS, 8))
-        low = (e2m1_times_2_14(codes & 15) * 16384.0 * factors).to(OUT_DTYPE)
-        high = (e2m1_times_2_14(codes >> 4) * 16384.0 * factors).to(OUT_DTYPE)
-    return tl.reshape(tl.join(low, high), (ROWS, BLOCKS * 16))
-
-
 # Generated kernels and the quantization kernels share these helpers, and Triton 3.6 keys a kernel by what it
 # finds already keyed among its callees (ogsgen.spec.functions.settle_triton_cache_keys): key every helper now,
 # callees first, so that no kernel's key depends on which kernel a process compiled first.

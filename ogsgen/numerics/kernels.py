@@ -132,4 +132,4 @@ def _quantize_weights(rows: torch.Tensor, fmt, rounding: str = "up"):
 
 CODEC = Codec(_quantize_weights,
               lambda values, block_scales, fmt: dequantize_mx_torch(values.mT, block_scales.mT, fmt.element).mT,
-              options=("rounding",), runs_kernels=True)
+              options=("rounding",), runs_kernels=True, reader=upcast_mx_rows)

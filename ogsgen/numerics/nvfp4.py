@@ -41,11 +41,14 @@ the global scale, one factor per tensor or per expert, is the caller's to apply 
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from ..errors import SpecError, SpecTypeError
+from ..spec.functions import settle_triton_cache_keys
 from .codecs import Codec
 from .fp8_blocks import FP8_E4M3_MAX
-from .jit import upcast_nvfp4_rows  # noqa: F401  (with the other upcasts, which kernels import from jit)
+from .jit import e2m1_bytes_to_bf16, e2m1_times_2_14
 from .mx import _check_tensor, decode_e2m1, encode_e2m1
 
 NVFP4_BLOCK = 16          # values of K that share one e4m3 block scale
@@ -179,6 +182,45 @@ def _quantize_weights(rows: torch.Tensor, fmt, global_scale: torch.Tensor | None
     return codes, block_scales, global_scale.reshape(-1)
 
 
+@triton.jit
+def e4m3_values(codes):
+    """e4m3 block scales (tl.float8e4nv, or their bits as uint8) -> their float32 values, exactly, with integer
+    operations: an e4m3 code's exponent and mantissa bits placed in an fp16's read as its value times 2**-8
+    (subnormals too); the hardware fp16 -> fp32 conversion is exact. 0x7F and 0xFF, e4m3's NaN, give NaN."""
+    if codes.dtype == tl.float8e4nv:
+        codes = codes.to(tl.uint8, bitcast=True)
+    bits = codes.to(tl.int32)
+    half_bits = ((bits & 0x7F) << 7) | ((bits & 0x80) << 8)
+    value = half_bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
+    return tl.where((bits & 0x7F) == 0x7F, float("nan"), value)
+
+
+@triton.jit
+def upcast_nvfp4_rows(values, scales, ELEMENT: tl.constexpr, OUT_DTYPE: tl.constexpr):
+    """A (R, S) tile of NVFP4 rows (R rows of W^T, S values of K: the K-major W tile of ``upcast_mx_rows``), as
+    OUT_DTYPE: each e2m1 value times its block scale, exact in bf16, fp16 and fp32.
+
+    values: (R, S // 2) uint8, two e2m1 codes per byte (value 2i in the low nibble of byte i); scales:
+    (R, S // 16) e4m3 block scales; ELEMENT: "e2m1" (the readers of scaled formats share one signature) (tl.float8e4nv, or their bits as uint8). A NaN scale gives NaN for its 16
+    values, a scale of 0 zeros. The global scale (per tensor or per expert) is NOT applied: the caller multiplies
+    its fp32 accumulator by it in the epilogue. bf16 takes the packed bf16x2 upcast of mxfp4 (the e4m3 scale is
+    exact in bf16), the others fp32 products, rounded once to OUT_DTYPE (exactly: at most 5 significant bits).
+    """
+    tl.static_assert(ELEMENT == "e2m1", "NVFP4 values are e2m1")
+    ROWS: tl.constexpr = scales.shape[0]
+    BLOCKS: tl.constexpr = scales.shape[1]
+    factors = e4m3_values(scales)[:, :, None]
+    if OUT_DTYPE == tl.bfloat16:
+        low, high = e2m1_bytes_to_bf16(tl.reshape(values, (ROWS, BLOCKS, 8)),
+                                       tl.broadcast_to(factors.to(tl.bfloat16), (ROWS, BLOCKS, 8)))
+    else:
+        codes = tl.reshape(values.to(tl.int32), (ROWS, BLOCKS, 8))
+        low = (e2m1_times_2_14(codes & 15) * 16384.0 * factors).to(OUT_DTYPE)
+        high = (e2m1_times_2_14(codes >> 4) * 16384.0 * factors).to(OUT_DTYPE)
+    return tl.reshape(tl.join(low, high), (ROWS, BLOCKS * 16))
+
+
+settle_triton_cache_keys(upcast_nvfp4_rows)  # (as ogsgen.numerics.jit's helpers: callees first)
 CODEC = Codec(_quantize_weights,
               lambda values, block_scales, fmt: _scaled_blocks(values.mT, block_scales.mT).flatten(-2).mT,
-              options=("global_scale",))
+              options=("global_scale",), reader=upcast_nvfp4_rows)

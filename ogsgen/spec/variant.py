@@ -228,7 +228,9 @@ class KernelVariant:
                 raise UnsupportedError(f"{name}: fp8 block-scaled products write a plain output (bf16, fp16, fp32)")
             return
         x_plain = self.x.scaling == "none"
-        if self.w.scale_element == "e4m3" and not (x_plain and self.x.bits == 16):
+        # (weights upcast in registers take 16-bit x; MX weights have more pairings, checked below)
+        w_upcast = self.w.scales_apply == "operand"
+        if w_upcast and self.w.scale_element != "e8m0" and not (x_plain and self.x.bits == 16):
             raise UnsupportedError(f"{name}: {self.w.name} weights are upcast to x's bf16 or fp16 in the kernel, so x "
                                    f"must be bf16 or fp16, not {self.x.name}")
         if self.w.scaling == "block_e8m0" and not (x_upcast or (x_plain and self.x.bits == 16)):
