@@ -275,7 +275,7 @@ CODES, SCALES, ONE = torch.zeros(2, 16, dtype=torch.uint8), torch.ones(2, 2).to(
     ((CODES.view(torch.int8), SCALES, ONE), SpecError, r"codes must be torch.uint8.*codes.view\(torch.uint8\)"),
     ((CODES, SCALES.view(torch.uint8), ONE), SpecError,
      r"block_scales must be torch.float8_e4m3fn.*view\(torch.float8_e4m3fn\)"),
-    ((CODES, SCALES, ONE.double()), SpecError, r"global_scale must be torch.float32.*weight_scale_2.float\(\)"),
+    ((CODES, SCALES, ONE.double()), SpecError, r"global_scale must be torch.float32.*weight_scale_2\) is float32: pass it .float\(\)"),
     ((CODES, SCALES, 1.0), SpecTypeError, "global_scale must be a torch.Tensor"),
     ((CODES.numpy(), SCALES, ONE), SpecTypeError, "codes must be a torch.Tensor"),
     ((CODES[:, :12], SCALES, ONE), SpecError, r"codes of shape \(2, 12\) has K = 24 .* multiple of 16 \(whole blocks\); pad K with zeros to 32"),

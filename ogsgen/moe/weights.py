@@ -19,11 +19,10 @@ import torch
 
 from ..devices import check_kernel_device, target
 from ..errors import SpecError, SpecTypeError
-from ..numerics.codecs import codec_of
+from ..numerics.codecs import check_global_scale, codec_of
 from ..numerics.fp8_blocks import FP8_BLOCK
 from ..numerics.layouts import VALUE_LAYOUTS, SwizzledMxValues, swizzle_mx_values
 from ..numerics.mx import ROUNDINGS
-from ..numerics.nvfp4 import _check_global_scale
 from ..numerics.operands import dequantize_operand
 from ..spec.formats import BY_NAME, format_named
 from ..spec.operands import ScaledOperand
@@ -249,7 +248,7 @@ def _prepare_block_checkpoint(weight, bias, layout, gate_up, fmt, global_scale) 
         if global_scale is None:
             raise SpecError(f"an {fmt.name} checkpoint needs its float32 global scale: pass "
                             f"global_scale=weight_scale_2 (ModelOpt's name: a scalar, or one per expert)")
-        _check_global_scale(global_scale, (values.shape[0],))  # (its dtype, shape and finiteness)
+        check_global_scale(global_scale, (values.shape[0],))  # (its dtype, shape and finiteness)
         global_scale = global_scale.reshape(-1).contiguous()
     _check_outputs(bias, values.shape[0], values.shape[1], gate_up)
     return _prepared(values.contiguous(), scales, global_scale, bias, fmt, gate_up, layout)

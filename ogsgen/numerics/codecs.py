@@ -10,7 +10,9 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import SpecError
+import torch
+
+from ..errors import SpecError, SpecTypeError
 from ..spec.formats import NumericFormat
 
 
@@ -34,3 +36,27 @@ def codec_of(fmt: NumericFormat) -> Codec:
     if module is None:
         raise SpecError(f"format {fmt.name!r} is not scaled: it has no codec")
     return importlib.import_module(f"{__package__}.{module}").CODEC
+
+
+def check_global_scale(global_scale, lead: tuple, name: str = "global_scale") -> torch.Tensor:
+    """A per-tensor scale as a tensor that broadcasts over blocks of shape (*lead, n_blocks, block): a scalar, or
+    one value per expert along dim 0 of a tensor with at least two dims (E, ..., K)."""
+    if not isinstance(global_scale, torch.Tensor):
+        raise SpecTypeError(f"{name} must be a torch.Tensor, got {type(global_scale).__name__}; pass "
+                            f"torch.tensor(...)")
+    if global_scale.dtype != torch.float32:
+        raise SpecError(f"{name} must be torch.float32, got {global_scale.dtype}; a checkpoint's per-tensor scale "
+                        f"(ModelOpt's weight_scale_2) is float32: pass it .float(), or torch.tensor(scale, "
+                        f"dtype=torch.float32)")
+    if global_scale.numel() == 1 and global_scale.ndim <= 1:
+        per_expert = global_scale.reshape(())
+    elif global_scale.ndim == 1 and len(lead) >= 1 and global_scale.shape[0] == lead[0]:
+        per_expert = global_scale.reshape(-1, *[1] * (len(lead) + 1))
+    else:
+        experts = f"({lead[0]},)" if lead else "none: a tensor of one row has no experts"
+        raise SpecError(f"{name} must be a scalar (one per tensor) or hold one value per expert along dim 0 "
+                        f"(shape {experts}), got shape {tuple(global_scale.shape)}")
+    if not bool(torch.isfinite(global_scale).all()):
+        raise SpecError(f"{name} holds NaN or infinity ({global_scale.tolist()}): a global scale must be finite; "
+                        f"check the checkpoint's per-tensor scale or the amax it was computed from")
+    return per_expert

@@ -46,7 +46,7 @@ import triton.language as tl
 
 from ..errors import SpecError, SpecTypeError
 from ..spec.functions import settle_triton_cache_keys
-from .codecs import Codec
+from .codecs import Codec, check_global_scale
 from .fp8_blocks import FP8_E4M3_MAX
 from .jit import e2m1_bytes_to_bf16, e2m1_times_2_14
 from .mx import _check_tensor, decode_e2m1, encode_e2m1
@@ -69,26 +69,6 @@ def _check_k(k: int, name: str, shape) -> None:
         raise SpecError(f"{name} of shape {tuple(shape)} has K = {k} values along its last axis: NVFP4 needs K to "
                         f"be a multiple of {NVFP4_BLOCK} (whole blocks); pad K with zeros to "
                         f"{-(-k // NVFP4_BLOCK) * NVFP4_BLOCK}")
-
-
-def _check_global_scale(global_scale, lead: tuple, name: str = "global_scale") -> torch.Tensor:
-    """global_scale as a tensor that broadcasts over blocks of shape (*lead, n_blocks, NVFP4_BLOCK): a scalar, or
-    one value per expert along dim 0 of a tensor with at least two dims (E, ..., K)."""
-    _check_tensor(global_scale, name)
-    _check_dtype(global_scale, name, torch.float32, "a checkpoint's weight_scale_2 is float32: pass "
-                 "weight_scale_2.float(), or torch.tensor(scale, dtype=torch.float32)")
-    if global_scale.numel() == 1 and global_scale.ndim <= 1:
-        per_expert = global_scale.reshape(())
-    elif global_scale.ndim == 1 and len(lead) >= 1 and global_scale.shape[0] == lead[0]:
-        per_expert = global_scale.reshape(-1, *[1] * (len(lead) + 1))
-    else:
-        experts = f"({lead[0]},)" if lead else "none: a tensor of one row has no experts"
-        raise SpecError(f"{name} must be a scalar (one per tensor) or hold one value per expert along dim 0 "
-                        f"(shape {experts}), got shape {tuple(global_scale.shape)}")
-    if not bool(torch.isfinite(global_scale).all()):
-        raise SpecError(f"{name} holds NaN or infinity ({global_scale.tolist()}): a global scale must be finite; "
-                        f"check the checkpoint's weight_scale_2 or the amax it was computed from")
-    return per_expert
 
 
 def dequantize_nvfp4(codes: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
@@ -115,7 +95,7 @@ def dequantize_nvfp4(codes: torch.Tensor, block_scales: torch.Tensor, global_sca
                         f"of shape {tuple(codes.shape)} (K = {k}), got {tuple(block_scales.shape)}")
     if block_scales.device != codes.device:
         raise SpecError(f"block_scales is on {block_scales.device}, codes on {codes.device}: move them to one device")
-    g = _check_global_scale(global_scale, tuple(codes.shape[:-1])).to(codes.device)
+    g = check_global_scale(global_scale, tuple(codes.shape[:-1])).to(codes.device)
     return (_scaled_blocks(codes, block_scales) * g).flatten(-2)
 
 
@@ -156,7 +136,7 @@ def quantize_nvfp4(weight: torch.Tensor, global_scale: torch.Tensor | None = Non
         g = amax / GLOBAL_SCALE_DIVISOR
         g = torch.where(g > 0, g, 1.0)
         global_scale = g if per_expert else g.reshape(())
-    g = _check_global_scale(global_scale, tuple(weight.shape[:-1])).to(w.device)
+    g = check_global_scale(global_scale, tuple(weight.shape[:-1])).to(w.device)
     if not bool((global_scale > 0).all()):
         raise SpecError(f"global_scale must be positive, got {global_scale.tolist()}; omit it to use amax / "
                         f"{GLOBAL_SCALE_DIVISOR:g} (ModelOpt's global scale)")
