@@ -119,3 +119,63 @@ def test_declared_fp8_block_scales_must_be_the_declared_blocks(device):
     y = matmul_ogs(x, declared, None)
     x_as_the_kernel_sees_it = dequantize_fp8_torch(*quantize_fp8_torch(x.float(), (1, 0)), (1, 0)).double()
     assert_close(x_as_the_kernel_sees_it @ declared.dequantize().double(), y, maxtol=8e-3, rmstol=4e-3)
+
+
+def _activation_cases(device):
+    """(x format, quantize bf16 x -> (values, scales), how a reference dequantizes them, (w, its config))."""
+    torch.manual_seed(1)
+    dense = torch.randn(IN, OUT, device=device) / 16
+    b128 = ogsgen.prepare_expert_weights(dense.mT[None].contiguous(), format="fp8e4m3_b128")
+    channel = ogsgen.prepare_expert_weights(dense.mT[None].contiguous(), format="fp8e4m3_channel")
+    mxfp4 = ogsgen.prepare_expert_weights(dense.mT[None].contiguous(), format="mxfp4", value_layout="strided")
+    return {
+        "mxfp8e4m3": (lambda x: ogsgen.numerics.quantize_mx(x, "e4m3"),
+                      lambda v, s: ogsgen.numerics.dequantize_mx_torch(v, s, "e4m3"), (dense.bfloat16(), None)),
+        "fp8e4m3_b128": (lambda x: ogsgen.numerics.quantize_fp8(x, (1, 128)),
+                         lambda v, s: dequantize_fp8_torch(v, s, (1, 128)), (b128.w[0], b128.weight_scale[0])),
+        "fp8e4m3_channel": (lambda x: ogsgen.numerics.quantize_fp8(x, (1, 0)),
+                            lambda v, s: dequantize_fp8_torch(v, s, (1, 0)), (channel.w[0], channel.weight_scale[0])),
+        "fp8e4m3_channel with mxfp4 w": (lambda x: ogsgen.numerics.quantize_fp8(x, (1, 0)),
+                                         lambda v, s: dequantize_fp8_torch(v, s, (1, 0)),
+                                         (mxfp4.w[0], mxfp4.weight_scale[0])),
+    }
+
+
+@pytest.mark.parametrize("case", ["mxfp8e4m3", "fp8e4m3_b128", "fp8e4m3_channel", "fp8e4m3_channel with mxfp4 w"])
+def test_declared_activations_compute_what_act_scale_does(case, device):
+    if device == "cuda" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs compute capability 8.9")
+    quantize, dequantize, (w, w_scale) = _activation_cases(device)[case]
+    values, scales = quantize(torch.randn(TOKENS, IN, device=device).bfloat16())
+    x = ScaledOperand.activations(values, case.split()[0], block_scales=scales)
+    assert x.k == IN and torch.equal(x.dequantize_rows(), dequantize(values, scales))
+    y = matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=w_scale))
+    expected = matmul_ogs(values, w, None, precision_config=PrecisionConfig(weight_scale=w_scale, act_scale=scales))
+    assert y.isfinite().all() and y.abs().max() > 0
+    assert torch.equal(y, expected)
+    w_dense = w.float() if w_scale is None else ScaledOperand.of(w, "mxfp4" if "mxfp4" in case else case.split()[0],
+                                                                 block_scales=w_scale).dequantize()
+    assert_close(ogsgen.matmul_ogs_torch(x, w_dense.double(), None), y, maxtol=8e-3, rmstol=4e-3)
+
+
+def test_declared_activations_errors_name_x(device):
+    quantize, _, (w, w_scale) = _activation_cases(device)["fp8e4m3_b128"]
+    values, scales = quantize(torch.randn(TOKENS, IN, device=device).bfloat16())
+    pc = PrecisionConfig(weight_scale=w_scale)
+    x = ScaledOperand.activations(values, "fp8e4m3_b128", block_scales=scales)
+    with pytest.raises(SpecError, match=r"x is a ScaledOperand, which carries its own scales: drop "
+                                        r"precision_config\.act_scale"):
+        matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=w_scale, act_scale=scales))
+    with pytest.raises(SpecError, match=r"x was declared fp8e4m3_channel, but with fp8e4m3_b128 weights its values "
+                                        r"and scales are read as fp8e4m3_b128"):
+        matmul_ogs(ScaledOperand.activations(values, "fp8e4m3_channel", block_scales=scales), w, None,
+                   precision_config=pc)
+    with pytest.raises(SpecError, match=r"x\.block_scales") as info:
+        matmul_ogs(ScaledOperand.activations(values, "fp8e4m3_b128", block_scales=scales[:-1]), w, None,
+                   precision_config=pc)
+    assert "precision_config.act_scale" not in str(info.value)
+    with pytest.raises(SpecError, match="fp8e4m3_b128 activations need their block_scales"):
+        ScaledOperand.activations(values, "fp8e4m3_b128")
+    with pytest.raises(SpecError, match=r"fp8e4m3_b128 values must be torch\.float8_e4m3fn of 2 or 3 dimensions "
+                                        r"\(\.\.\., M, K\)"):
+        ScaledOperand.activations(values.float(), "fp8e4m3_b128", block_scales=scales)

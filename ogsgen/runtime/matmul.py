@@ -94,8 +94,9 @@ def launch(x, w, bias, routing_data=None, gather_indx=None, scatter_indx=None, p
     act = fused_activation if fused_activation is not None else _NO_ACTIVATION
     epi = epilogue if epilogue is not None else _NO_EPILOGUE
     declared = None
-    if w.__class__ is ScaledOperand:  # (its format enters the signature; its tensors the list, as a plain call's)
-        w, pc, declared = unfold_declared(w, pc)
+    if w.__class__ is ScaledOperand or x.__class__ is ScaledOperand:
+        # (their formats enter the signature; their tensors the list, as a plain call's)
+        x, w, pc, declared = unfold_declared(x, w, pc)
     tensors = signature = None
     if fused_comm is None and inner_routing_data is None and not routing_checks.DEBUG:
         try:

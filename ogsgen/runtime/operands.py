@@ -19,11 +19,28 @@ from ..types import FlexCtx, InFlexData, PrecisionConfig
 from .validation import check_tensor
 
 
-def describe_operands(x, w, pc: PrecisionConfig, declared: NumericFormat | None = None
+def describe_operands(x, w, pc: PrecisionConfig, declared: tuple | None = None
                       ) -> tuple[ScaledOperand, ScaledOperand, NumericFormat]:
-    """(x, w, the output's format) of a call; ``w`` a tensor or SwizzledMxValues, of the ``declared`` format (with
-    its scales in ``pc``: ``unfold_declared``) or of the one its dtype and scales say. Raises an error naming the
-    argument and the fix for a dtype, shape or scale that no format explains."""
+    """(x, w, the output's format) of a call; ``x`` a tensor, ``w`` a tensor or SwizzledMxValues, each of its
+    ``declared`` format (x's, w's: None where not declared; their scales in ``pc``: ``unfold_declared``) or of the
+    one its dtype and scales say. Raises an error naming the argument and the fix for a dtype, shape or scale that
+    no format explains."""
+    declared_x, declared_w = declared or (None, None)
+    if declared_x is None:
+        return _described(x, w, pc, declared_w)
+    try:
+        x_op, w_op, y_fmt = _described(x, w, pc, declared_w)
+    except (SpecError, UnsupportedError) as error:  # (the checks name the config's fields: x's own are these)
+        raise type(error)(str(error).replace("precision_config.act_scale", "x.block_scales").replace(
+            "precision_config.flex_ctx.lhs_data.scale", "x.global_scale")) from None
+    if x_op.format != declared_x:
+        raise SpecError(f"x was declared {declared_x.name}, but with {w_op.format.name} weights its values and scales "
+                        f"are read as {x_op.format.name}; declare x as {x_op.format.name}, or quantize it as "
+                        f"{w_op.format.name} weights take it")
+    return x_op, w_op, y_fmt
+
+
+def _described(x, w, pc: PrecisionConfig, declared: NumericFormat | None):
     _check_act_scale_dtype(pc)
     check_tensor(x, "x", ndims=(2, 3))
     names = _CONFIG_NAMES if declared is None else _DECLARED_NAMES
@@ -53,21 +70,32 @@ _CONFIG_NAMES = ("precision_config.weight_scale", "precision_config.flex_ctx.rhs
 _DECLARED_NAMES = ("w.block_scales", "w.global_scale")
 
 
-def unfold_declared(w: ScaledOperand, pc: PrecisionConfig):
-    """(values, the config with w's scales in the fields that carry them for plain tensors, w's format) of a
-    declared w, for ``describe_operands(..., declared=format)``: the call's signature and its plan see the tensors
-    as a plain call's."""
-    if pc.weight_scale is not None or pc.flex_ctx.rhs_data.scale is not None:
-        raise SpecError("w is a ScaledOperand, which carries its own scales: drop precision_config.weight_scale and "
-                        "precision_config.flex_ctx.rhs_data.scale")
+def unfold_declared(x, w, pc: PrecisionConfig):
+    """(x's values, w's values, the config with the declared operands' scales in the fields that carry them for
+    plain tensors, (x's declared format, w's), None where not declared), for ``describe_operands``: the call's
+    signature and its plan see the tensors as a plain call's."""
     # A field-for-field copy, on every call: a fifth of dataclasses.replace's time (which runs __init__ again).
     unfolded = object.__new__(PrecisionConfig)
-    unfolded.__dict__.update(pc.__dict__, weight_scale=w.block_scales)
-    if w.global_scale is not None:
-        flex = pc.flex_ctx
-        unfolded.flex_ctx = FlexCtx(flex.lhs_data, InFlexData(flex.rhs_data.dtype, w.global_scale), flex.out_data,
-                                    flex.acc_data)
-    return w.values, unfolded, w.format
+    unfolded.__dict__.update(pc.__dict__)
+    flex = pc.flex_ctx
+    lhs, rhs, declared = flex.lhs_data, flex.rhs_data, [None, None]
+    for i, (op, name, block_field, scale_field) in enumerate((
+            (x, "x", "act_scale", "lhs_data"), (w, "w", "weight_scale", "rhs_data"))):
+        if op.__class__ is not ScaledOperand:
+            continue
+        if getattr(pc, block_field) is not None or getattr(flex, scale_field).scale is not None:
+            raise SpecError(f"{name} is a ScaledOperand, which carries its own scales: drop "
+                            f"precision_config.{block_field} and precision_config.flex_ctx.{scale_field}.scale")
+        setattr(unfolded, block_field, op.block_scales)
+        if op.global_scale is not None:
+            if i:
+                rhs = InFlexData(rhs.dtype, op.global_scale)
+            else:
+                lhs = InFlexData(lhs.dtype, op.global_scale)
+        declared[i] = op.format
+    if lhs is not flex.lhs_data or rhs is not flex.rhs_data:
+        unfolded.flex_ctx = FlexCtx(lhs, rhs, flex.out_data, flex.acc_data)
+    return (x.values if declared[0] else x), (w.values if declared[1] else w), unfolded, tuple(declared)
 
 
 def _check_act_scale_dtype(pc: PrecisionConfig) -> None:

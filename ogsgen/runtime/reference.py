@@ -34,6 +34,8 @@ def matmul_ogs_torch(x, w, bias, routing_data=None, gather_indx=None, scatter_in
     pc = precision_config if precision_config is not None else PrecisionConfig()
     if isinstance(w, ScaledOperand):  # declared weights: their float32 values (the scales applied)
         w = w.dequantize()
+    if isinstance(x, ScaledOperand):  # declared activations, likewise
+        x = x.dequantize_rows()
     if inner_routing_data is not None:
         return _inner_reference(x, w, gather_indx, inner_routing_data, y_acc_in).to(pc.out_dtype or x.dtype)
     act = fused_activation if fused_activation is not None else FusedActivation()

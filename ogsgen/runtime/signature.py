@@ -21,8 +21,8 @@ SAME_ALLOWED = ((_FIRST_TENSORS.index("y"), _FIRST_TENSORS.index("y_acc_in")),)
 def call_signature(x, w, bias, routing_data, gather_indx, scatter_indx, pc, betas, gammas, out_alpha, y, act,
                    epi, y_acc_in, preact, declared=None) -> tuple[list, tuple]:
     """(the call's tensors in a fixed order, its signature): everything the checked path reads (``declared``: the
-    format of a w declared as a ScaledOperand). Non-tensor entries of the list (None, function argument values)
-    enter the signature by type and value."""
+    formats of an x and a w declared as ScaledOperands). Non-tensor entries of the list (None, function argument
+    values) enter the signature by type and value."""
     swizzled = w.__class__ is SwizzledMxValues
     flex = pc.flex_ctx
     lhs, rhs, out = flex.lhs_data, flex.rhs_data, flex.out_data

@@ -41,38 +41,33 @@ class ScaledOperand:
         (..., 1, N)). ``global_scale``: float32, one element or one per expert. Shapes are checked against the
         call's x by ``matmul_ogs``, whose errors name ``w.block_scales`` and ``w.global_scale``.
         """
-        from ..numerics.layouts import SwizzledMxValues  # (numerics imports the spec layer)
-        fmt = format_named(format) if isinstance(format, str) else format
-        if not isinstance(fmt, NumericFormat):
-            raise SpecTypeError(f"format must be a format name or a NumericFormat, got {type(format).__name__}")
-        if fmt.scaling == "none":
-            raise SpecError(f"format {fmt.name!r} has no scales: pass the tensor itself as w; the scaled formats are "
-                            f"{sorted(name for name, f in BY_NAME.items() if f.scaling != 'none')}")
-        swizzled = isinstance(values, SwizzledMxValues)
-        if swizzled != (fmt.layout == "hopper") and not (swizzled and fmt == MXFP4):
-            raise SpecError(f"values in the hopper layout are a SwizzledMxValues (ogsgen.swizzle_mx_values) of "
-                            f"mxfp4 values; format {fmt.name!r} takes a tensor of {fmt.torch_dtype}")
-        if not swizzled:
-            if not isinstance(values, torch.Tensor):
-                raise SpecTypeError(f"values must be a torch.Tensor or SwizzledMxValues, got {type(values).__name__}")
-            if values.dtype != fmt.torch_dtype or values.ndim not in (2, 3):
-                raise SpecError(f"{fmt.name} values must be {fmt.torch_dtype} of 2 or 3 dimensions (..., K"
-                                f"{' // 2' if fmt.element == 'e2m1' else ''}, N), got {values.dtype} of shape "
-                                f"{tuple(values.shape)}")
-        for name, tensor, needed in (("block_scales", block_scales, fmt.has_block_scales),
-                                     ("global_scale", global_scale, fmt.has_global_scale and fmt.has_block_scales)):
-            if tensor is not None and not isinstance(tensor, torch.Tensor):
-                raise SpecTypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
-            if needed and tensor is None:
-                raise SpecError(f"{fmt.name} weights need their {name}: pass {name}=...")
-        if block_scales is not None and not fmt.has_block_scales:
-            raise SpecError(f"{fmt.name} has no block scales: drop block_scales")
-        if global_scale is not None and not fmt.has_global_scale:
-            raise SpecError(f"{fmt.name} has no per-tensor scale: drop global_scale")
+        fmt, swizzled = _checked(values, format, block_scales, global_scale, "w")
         if swizzled:
             return cls(values, MXFP4_HOPPER, values.k, block_scales, global_scale=global_scale)
         return cls(values, fmt, fmt.logical_k(values.shape[-2]), block_scales,
                    fmt.scale_block_n(block_scales, values.shape[-1]), global_scale)
+
+    @classmethod
+    def activations(cls, values: torch.Tensor, format: str | NumericFormat, *,
+                    block_scales: torch.Tensor | None = None,
+                    global_scale: torch.Tensor | None = None) -> "ScaledOperand":
+        """Activations declared by their format, for ``matmul_ogs(x, w, ...)``: x's fp8 values (..., M, K) with the
+        scales that go with them, in place of ``precision_config.act_scale`` and ``flex_ctx.lhs_data.scale``.
+        ``format``: "mxfp8e4m3" / "mxfp8e5m2" (``block_scales``: uint8 e8m0 (..., M, cdiv(K, 32)), as
+        ``ogsgen.numerics.quantize_mx(x, 'e4m3')`` makes them), "fp8e4m3_b128" (float32 (M, cdiv(K, 128))) or
+        "fp8e4m3_channel" (float32 (M, 1): one per row), as ``ogsgen.numerics.quantize_fp8(x, (1, 128))`` and
+        ``(1, 0)`` make them, or "fp8e4m3" / "fp8e5m2" with a float32 ``global_scale`` of one element.
+        ``matmul_ogs`` checks them against the call (its errors name ``x.block_scales`` and ``x.global_scale``)
+        and that w's format pairs with this one."""
+        fmt, _ = _checked(values, format, block_scales, global_scale, "x")
+        return cls(values, fmt, values.shape[-1], block_scales, global_scale=global_scale)
+
+    def dequantize_rows(self) -> torch.Tensor:
+        """The float32 activations (..., M, K) of an operand declared with :meth:`activations`."""
+        from ..numerics.operands import dequantize_operand  # (numerics imports the spec layer)
+        scales = None if self.block_scales is None else self.block_scales.mT
+        return dequantize_operand(ScaledOperand(self.values.mT, self.format, self.k, scales, 1,
+                                                self.global_scale)).mT
 
     def dequantize(self) -> torch.Tensor:
         """The float32 weights (..., K, N) the kernels compute with (``matmul_ogs_torch`` takes a ScaledOperand w
@@ -89,3 +84,39 @@ class ScaledOperand:
         """This operand's description for other values and scales of its format (an activation quantized in the
         call)."""
         return ScaledOperand(values, self.format, self.k, block_scales, self.scale_block_n, self.global_scale)
+
+
+def _checked(values, format, block_scales, global_scale, operand: str) -> tuple[NumericFormat, bool]:
+    """(the format, whether the values are swizzled) of a declared operand, or an error naming what is wrong."""
+    from ..numerics.layouts import SwizzledMxValues  # (numerics imports the spec layer)
+    fmt = format_named(format) if isinstance(format, str) else format
+    if not isinstance(fmt, NumericFormat):
+        raise SpecTypeError(f"format must be a format name or a NumericFormat, got {type(format).__name__}")
+    if fmt.scaling == "none":
+        raise SpecError(f"format {fmt.name!r} has no scales: pass the tensor itself as {operand}; the scaled formats "
+                        f"are {sorted(name for name, f in BY_NAME.items() if f.scaling != 'none')}")
+    swizzled = isinstance(values, SwizzledMxValues)
+    if swizzled and operand == "x":
+        raise SpecTypeError("x's values must be a torch.Tensor: only w has swizzled layouts")
+    if swizzled != (fmt.layout == "hopper") and not (swizzled and fmt == MXFP4):
+        raise SpecError(f"values in the hopper layout are a SwizzledMxValues (ogsgen.swizzle_mx_values) of "
+                        f"mxfp4 values; format {fmt.name!r} takes a tensor of {fmt.torch_dtype}")
+    if not swizzled:
+        if not isinstance(values, torch.Tensor):
+            raise SpecTypeError(f"values must be a torch.Tensor or SwizzledMxValues, got {type(values).__name__}")
+        if values.dtype != fmt.torch_dtype or values.ndim not in (2, 3):
+            shape = "(..., M, K)" if operand == "x" else f"(..., K{' // 2' if fmt.element == 'e2m1' else ''}, N)"
+            raise SpecError(f"{fmt.name} values must be {fmt.torch_dtype} of 2 or 3 dimensions {shape}, got "
+                            f"{values.dtype} of shape {tuple(values.shape)}")
+    for name, tensor, needed in (("block_scales", block_scales, fmt.has_block_scales),
+                                 ("global_scale", global_scale, fmt.has_global_scale and fmt.has_block_scales)):
+        if tensor is not None and not isinstance(tensor, torch.Tensor):
+            raise SpecTypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if needed and tensor is None:
+            raise SpecError(f"{fmt.name} {'activations' if operand == 'x' else 'weights'} need their {name}: pass "
+                            f"{name}=...")
+    if block_scales is not None and not fmt.has_block_scales:
+        raise SpecError(f"{fmt.name} has no block scales: drop block_scales")
+    if global_scale is not None and not fmt.has_global_scale:
+        raise SpecError(f"{fmt.name} has no per-tensor scale: drop global_scale")
+    return fmt, swizzled
