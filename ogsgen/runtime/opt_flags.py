@@ -341,10 +341,14 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
                            p.w_k_major)
     # Tiles changed here drop the heuristic's register cap and wait for each wgmma, measured for its own tile.
     if p.itemsize == 1 and p.w_mx_layout is not None and not p.x_mx:
-        # e4m3 x with mxfp4 w: 64-deep K steps of at most 64 rows, 256 columns where N has them, the tiles whose K
-        # loops compile for sm_90 without spilling (bench/NOTES.md, "fp8 x with mxfp4 w"; not measured on a GPU yet)
-        flags = replace(flags, block_m=min(flags.block_m, 64), block_n=256 if p.n > 128 else flags.block_n,
-                        block_k=64, num_warps=8, num_stages=3, **_MEASURED_FOR_ITS_TILE)
+        # e4m3 x with mxfp4 w: 64-deep K steps of at most 64 rows (deeper steps and 128-row tiles spill:
+        # bench/NOTES.md, "fp8 x with mxfp4 w"). 64-row tiles: 128 columns on 4 warps (0.82-0.86x the time of
+        # 64x256x64 on 8 warps on an H100, gpt-oss w1/w2 at T=2048 and 8192, 2026-12-07, docs/heuristics.md);
+        # fewer rows: 256 columns where N has them, on 8 warps (not measured on a GPU).
+        block_m = min(flags.block_m, 64)
+        wide = p.n > 128 and block_m < 64
+        flags = replace(flags, block_m=block_m, block_n=256 if wide else min(flags.block_n, 128), block_k=64,
+                        num_warps=8 if wide or block_m < 64 else 4, num_stages=3, **_MEASURED_FOR_ITS_TILE)
     if p.bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
     if p.y_mx and flags.block_n < MX_BLOCK * p.reduction_n:  # each output tile holds whole scale blocks
