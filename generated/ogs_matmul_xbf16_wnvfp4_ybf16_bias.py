@@ -16,7 +16,7 @@ PROVENANCE = {
     'functions': {},
     'helpers': {
         'request_wgmma_waits': 'e1346c903be90d27eff44d9f73816aaaf9453cce4f70e55f12f736403cfd389d',
-        'upcast_nvfp4_rows': 'e451e72cbb884be179a4600a9138212c7739fb132450578308b7a0c4ae5cd10c',
+        'upcast_nvfp4_rows': 'c22c6a703b5131064bad11fbeb5e8299a4b6715d0dc08298f696b8806e827ff8',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_matmul_ogs.py.jinja',

@@ -76,7 +76,7 @@ def test_moe_gather_with_swiglu(k_act, device):
                      atol=3e-2)
 
 
-@pytest.mark.parametrize("k_act", [1, 2, pytest.param(4, marks=pytest.mark.slow), 8])
+@pytest.mark.parametrize("k_act", [1, 2, pytest.param(4, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("gammas_grad", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_moe_scatter_with_gammas(k_act, gammas_grad, device):
     """The second MoE matmul: sorted rows scattered back to their tokens, weighted by gammas, summed over top-k."""

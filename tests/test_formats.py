@@ -190,7 +190,8 @@ def test_small_k_mx_weights_without_constraints(element, k, device):
 
 
 @pytest.mark.parametrize("value_layout,scales_n_contiguous", [pytest.param("strided", False, marks=pytest.mark.slow),
-                                                               ("hopper", False), ("hopper", True)])
+                                                               pytest.param("hopper", False, marks=pytest.mark.slow),
+                                                               ("hopper", True)])
 @pytest.mark.parametrize("k_act", [4, pytest.param(1, marks=pytest.mark.slow)])
 def test_gpt_oss_moe_with_mxfp4_weights(k_act, value_layout, scales_n_contiguous, device):
     """gpt-oss's two MoE matmuls with mxfp4 weights against the bf16-dequantized reference. w2's K (32) is half

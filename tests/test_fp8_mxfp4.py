@@ -61,7 +61,8 @@ def run(x, w, bias, fields, scales, **kwargs):
 @pytest.mark.parametrize("layout", ["strided", "hopper"])
 @pytest.mark.parametrize("scaling", ["row", "tensor"])
 @pytest.mark.parametrize("k,block_k,spread", [(256, 128, 6), pytest.param(256, 64, 40, marks=pytest.mark.slow),
-                                               pytest.param(192, 64, 6, marks=pytest.mark.slow), (200, 32, 20)])
+                                               pytest.param(192, 64, 6, marks=pytest.mark.slow),
+                                               pytest.param(200, 32, 20, marks=pytest.mark.slow)])
 def test_dense(layout, scaling, k, block_k, spread, device):
     """Scales within the fold window of each K step (spread 6) and past it (spread 20, 40: steps taken block by
     block), whole and partial K steps, a partial last block (K = 200)."""
@@ -94,7 +95,7 @@ def test_batched_with_a_scale_per_tensor(device):
 EDGE_STEPS = ((120, 106), (120, 105), (0, 1), (126, 127), (254, 240), (255, 250), (3, 255))
 
 
-@pytest.mark.parametrize("layout", ["strided", "hopper"])
+@pytest.mark.parametrize("layout", [pytest.param("strided", marks=pytest.mark.slow), "hopper"])
 def test_edge_scale_codes(layout, device):
     """w is block-diagonal (output columns 8b .. 8b + 7 read only K block b), so that each output is one block's
     sum: a block read with a wrong scale, a value rounded to e4m3 (past the window), or a NaN lost shows. Rows have

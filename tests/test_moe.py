@@ -51,7 +51,8 @@ def _routing_equal(a, b):
 # ---------------------------------------------------------------- routing
 
 @pytest.mark.parametrize("n_tokens,n_expts,k", [(1, 4, 1), (5, 8, 3), (7, 256, 8), (255, 128, 4), (256, 8, 2),
-                                                (371, 128, 32), (1023, 64, 6), (4096, 256, 8),
+                                                (371, 128, 32), (1023, 64, 6),
+                                                pytest.param(4096, 256, 8, marks=pytest.mark.slow),
                                                 pytest.param(911, 1500, 8, marks=pytest.mark.slow)])  # (8 s on a CPU)
 @pytest.mark.parametrize("sm_first", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_routing_matches_reference(n_tokens, n_expts, k, sm_first, device):
@@ -156,7 +157,7 @@ def test_upstream_ragged_cases(tokens, n, k, n_expts, k_act, split_k, gather, sc
         run_moe_case(variant, tokens, n, k, n_expts, k_act, device, split_k=split_k)
 
 
-@pytest.mark.parametrize("k_act", [1, 2, pytest.param(4, marks=pytest.mark.slow),
+@pytest.mark.parametrize("k_act", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow),
                                    pytest.param(8, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("dtype", [FP16, BF16])
 def test_gather_swiglu_then_scatter(k_act, dtype, device):
@@ -175,14 +176,15 @@ def test_dropped_gates_contribute_nothing(drop, k_act, device):
         run_moe_case(_variant(gather=True, scatter=True), 30, 32, 32, 8, k_act, device, drop=drop)
 
 
-@pytest.mark.parametrize("split_k", [None, 2, 5])
+@pytest.mark.parametrize("split_k", [None, pytest.param(2, marks=pytest.mark.slow), 5])
 def test_fused_activation_with_split_k(split_k, device):
     variant = _variant(BF16, gather=True, bias=True, gammas=True, activation=ogsgen.swiglu)
     with ogsgen.opt_flags_constraints(block_m=16, block_k=16, block_n=32):
         run_moe_case(variant, 48, 64, 96, 4, 2, device, split_k=split_k)
 
 
-@pytest.mark.parametrize("alpha,limit", [(1.1, 1.4), (1.0, 1.2), (0.7, 1.0)])
+@pytest.mark.parametrize("alpha,limit", [(1.1, 1.4), pytest.param(1.0, 1.2, marks=pytest.mark.slow),
+                                         pytest.param(0.7, 1.0, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("gather,scatter", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("split_k", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_fused_activation_equals_activation_after_matmul(alpha, limit, gather, scatter, split_k, device):
@@ -256,7 +258,7 @@ def test_ragged_zero_sizes(tokens, n, k, device):
 
 
 @pytest.mark.parametrize("gammas", [False, True])
-@pytest.mark.parametrize("split_k", [2, 3])
+@pytest.mark.parametrize("split_k", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_split_k_through_the_topk_combine(split_k, gammas, device):
     # A top-k scatter's split partials are summed by its k-row combine: the same result as the unsplit call,
     # the bias added once, dropped gates adding nothing.

@@ -181,8 +181,8 @@ def upcast_nvfp4_rows(values, scales, ELEMENT: tl.constexpr, OUT_DTYPE: tl.const
     OUT_DTYPE: each e2m1 value times its block scale, exact in bf16, fp16 and fp32.
 
     values: (R, S // 2) uint8, two e2m1 codes per byte (value 2i in the low nibble of byte i); scales:
-    (R, S // 16) e4m3 block scales; ELEMENT: "e2m1" (the readers of scaled formats share one signature) (tl.float8e4nv, or their bits as uint8). A NaN scale gives NaN for its 16
-    values, a scale of 0 zeros. The global scale (per tensor or per expert) is NOT applied: the caller multiplies
+    (R, S // 16) e4m3 block scales (tl.float8e4nv, or their bits as uint8); ELEMENT: "e2m1" (the codecs' readers
+    share one signature). A NaN scale gives NaN for its 16 values, a scale of 0 zeros. The global scale (per tensor or per expert) is NOT applied: the caller multiplies
     its fp32 accumulator by it in the epilogue. bf16 takes the packed bf16x2 upcast of mxfp4 (the e4m3 scale is
     exact in bf16), the others fp32 products, rounded once to OUT_DTYPE (exactly: at most 5 significant bits).
     """
