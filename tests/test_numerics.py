@@ -355,7 +355,8 @@ def _pair_product(tile, c):
 
 
 @pytest.mark.usefixtures("kernels_on_demand")
-@pytest.mark.parametrize("activation", [None, FusedActivation(_pair_product, (0.5,))], ids=["", "pair_product"])
+@pytest.mark.parametrize("activation", [pytest.param(None, marks=pytest.mark.slow), FusedActivation(_pair_product, (0.5,))],
+                         ids=["", "pair_product"])
 @pytest.mark.parametrize("constraints", [{}, {"persistent": True}, {"split_k": 2}], ids=["tiled", "persistent",
                                                                                          "split_k"])
 @pytest.mark.parametrize("mode,k_act", [("dense", 1), ("batched", 1), ("sorted", 2), ("gather", 2), ("scatter", 1),
