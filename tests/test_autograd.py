@@ -64,7 +64,7 @@ def test_batched_gammas_are_shared_by_the_batch_entries(activation, device):
                                             precision_config=FP32), (x, w, gammas), atol=1e-4)
 
 
-@pytest.mark.parametrize("k_act", [1, 2, 4])
+@pytest.mark.parametrize("k_act", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow)])
 def test_moe_gather_with_swiglu(k_act, device):
     """The first MoE matmul: tokens gathered to their experts, bias per expert, fused SwiGLU."""
     tokens, n_expts, width, n = 29, 6, 32, 40
@@ -76,7 +76,8 @@ def test_moe_gather_with_swiglu(k_act, device):
                      atol=3e-2)
 
 
-@pytest.mark.parametrize("k_act", [1, 2, pytest.param(4, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("k_act", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow),
+                                   pytest.param(8, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("gammas_grad", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_moe_scatter_with_gammas(k_act, gammas_grad, device):
     """The second MoE matmul: sorted rows scattered back to their tokens, weighted by gammas, summed over top-k."""
@@ -93,6 +94,7 @@ def test_moe_scatter_with_gammas(k_act, gammas_grad, device):
                          atol=3e-2)
 
 
+@pytest.mark.slow
 def test_dropped_gates_and_empty_experts(device):
     """Gates dropped (-1) and experts without rows: their rows and weights get zero gradients."""
     tokens, n_expts, k_act, width, n = 12, 8, 2, 16, 24
@@ -151,7 +153,7 @@ def test_gradient_refusals(device):
         matmul_ogs(x, w, torch.zeros(8, device=device), betas=torch.ones(8, device=device, requires_grad=True))
 
 
-@pytest.mark.parametrize("split_k", [2, 3])
+@pytest.mark.parametrize("split_k", [pytest.param(2, marks=pytest.mark.slow), 3])
 def test_split_k_forward_and_backward(split_k, device):
     """K split in every matmul of the step (the forward's and the backward's); dW's ragged-K product is not split."""
     tokens, n_expts, k_act, width, n = 19, 5, 2, 96, 16

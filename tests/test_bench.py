@@ -150,7 +150,8 @@ def test_fp8_products_are_held_to_the_fp8_ceiling():
         CEILINGS.check("a bf16 case", tflops=900.0)
 
 
-@pytest.mark.parametrize("mode", ["gather", pytest.param("scatter", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["gather", "scatter"])
 def test_the_moe_reference_dequantizes_one_expert_at_a_time_and_equals_the_direct_one(mode, device):
     """bench_moe's reference asks for an expert's weights only when the routing gave it rows, once, after the
     previous expert's are freed; its result is bitwise the direct reference's (matmul_ogs_torch on all experts'

@@ -103,8 +103,8 @@ def _fetched() -> bool:
 
 
 @pytest.mark.skipif(not _fetched(), reason="vLLM's gpt-oss MoE module is not fetched: python tests/fetch_vllm_moe.py")
-@pytest.mark.parametrize("generation", ["3.5", pytest.param("3.6", marks=pytest.mark.slow),
-                                        pytest.param("3.8", marks=pytest.mark.slow)])  # vLLM's bundled one quick
+@pytest.mark.slow
+@pytest.mark.parametrize("generation", ["3.5", "3.6", "3.8"])
 def test_vllms_gpt_oss_moe_module_unchanged(generation, tmp_path):
     """bf16 and mxfp4 weights, the mxfp4 ones prepared as on a machine without CUDA and as on an H100 (hopper
     layouts, scales padded), through vLLM's triton_kernel_moe_forward."""

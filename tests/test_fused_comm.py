@@ -44,7 +44,7 @@ def test_dense_all_gather(world, device):
                  buffers[0].float())
 
 
-@pytest.mark.parametrize("world,n_reduce_shards", [(2, 1), (4, 2), (4, 1)])
+@pytest.mark.parametrize("world,n_reduce_shards", [(2, 1), (4, 2), pytest.param(4, 1, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("k_act", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(8, marks=pytest.mark.slow)])
 def test_moe_rows_scattered_to_shards(world, n_reduce_shards, k_act, device):
     """Expert parallelism's combine: each rank's expert-sorted rows (gathered tokens, weighted by their gates) go to
@@ -145,7 +145,7 @@ def test_fused_comm_bad_inputs(device):
         matmul_ogs(x.float().requires_grad_(), w.float(), None, y=y.float(), fused_comm=FusedComm(handles))
 
 
-@pytest.mark.parametrize("world", [1, pytest.param(2, marks=pytest.mark.slow), 4])
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), 4])
 def test_expert_parallel_layer_sums_to_the_whole(world, device):
     """Each rank runs the MoE layer over its share of the experts (expert_parallel_routing: other experts' gates
     -1); the ranks' outputs sum to the layer over all experts."""

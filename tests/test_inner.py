@@ -66,7 +66,7 @@ def test_inner_gathers_the_tokens_of_a_routing(k_act, device):
         torch.testing.assert_close(y[expert], x_sorted[lo:hi].float().T @ dy[lo:hi].float(), atol=1e-3, rtol=1e-4)
 
 
-@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("persistent", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_inner_programs_loop_over_tiles(persistent, monkeypatch, device):
     """The kernel's programs loop over (expert, tile) pairs: one per tile, or (persistent) one per SM, three on the
     CPU, each then taking tiles of several experts in turn, segments of different lengths (an empty one among

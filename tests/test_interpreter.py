@@ -73,6 +73,7 @@ def test_triton_interpret_set_after_the_kernels_were_made_is_a_clear_error(tmp_p
     assert result.returncode == 0 and float(result.stdout) < 1e-4, result.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_an_uncorrected_interpreter_warns_once(tmp_path):
     script = textwrap.dedent("""
         import torch, ogsgen

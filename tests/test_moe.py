@@ -159,7 +159,7 @@ def test_upstream_ragged_cases(tokens, n, k, n_expts, k_act, split_k, gather, sc
 
 @pytest.mark.parametrize("k_act", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow),
                                    pytest.param(8, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("dtype", [FP16, BF16])
+@pytest.mark.parametrize("dtype", [pytest.param(FP16, marks=pytest.mark.slow), BF16])
 def test_gather_swiglu_then_scatter(k_act, dtype, device):
     with ogsgen.opt_flags_constraints(block_m=16, block_n=32):
         run_moe_case(_variant(dtype, gather=True, bias=True, activation=ogsgen.swiglu), 40, 64, 48, 16, k_act,
@@ -590,6 +590,7 @@ def test_k_contiguous_weights_warn_once_at_prefill_sizes(device, monkeypatch):
             assert warned[0].filename == __file__  # the caller's line, not one inside ogsgen
 
 
+@pytest.mark.slow
 def test_the_k_contiguous_warning_names_the_callers_line_under_autograd(device, monkeypatch):
     """A call that needs gradients goes through torch's autograd and custom-op frames: the warning still points at
     the caller's line."""

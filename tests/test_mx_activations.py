@@ -179,8 +179,7 @@ def test_split_k(w_format, device):
     assert_fp32_sums(want, fp32_bound(x_ref, w_ref), y)
 
 
-@pytest.mark.parametrize("w_format", [pytest.param(w, marks=pytest.mark.slow) if w in ("mxfp4", "mxfp4_hopper") else w
-                                      for w in W_FORMATS])
+@pytest.mark.parametrize("w_format", [w if w == "bf16" else pytest.param(w, marks=pytest.mark.slow) for w in W_FORMATS])
 @pytest.mark.parametrize("top_k,split_k", [(2, 1), pytest.param(1, 1, marks=pytest.mark.slow),
                                            pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_moe_gather_then_scatter(w_format, top_k, split_k, device):
@@ -287,6 +286,7 @@ def test_gathered_rows_scales_must_be_the_tokens(device):
                    precision_config=PrecisionConfig(act_scale=xs.repeat(2, 1), **fields))
 
 
+@pytest.mark.slow
 def test_quantize_mx_as_a_processs_first_launch_is_right(tmp_path):
     """quantize_mx, the way to make an mxfp8 x, corrects Triton's CPU interpreter before its launch as matmul_ogs
     does (uncorrected, fp32 -> e4m3 casts drop the carry of a round-up: 1.97 became 1.0); and dequantize_mx."""

@@ -148,6 +148,7 @@ def test_dense_16_bit_calls_of_128_row_tiles_take_the_persistent_tile_that_fills
     assert not _dense_bf16(768, 5760, 2880, tma=False).persistent
 
 
+@pytest.mark.slow
 def test_the_heuristic_never_picks_a_tile_its_own_checks_refuse():
     # Every combination of operands and shapes below gets flags without an InapplicableConstraintError (the checks
     # that tell a caller why a constrained tile cannot run).

@@ -14,8 +14,8 @@ from ogsgen.testing import assert_close
 EXPERTS, OUT, IN, TOKENS = 4, 64, 256, 12
 
 
-@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "fp8e4m3_b128", *(pytest.param(f, marks=pytest.mark.slow)
-                                                                  for f in ("fp8e4m3_channel", "fp8e4m3", "mxfp8e4m3"))])
+@pytest.mark.parametrize("fmt", ["nvfp4", "fp8e4m3_b128", *(pytest.param(f, marks=pytest.mark.slow)
+                                                   for f in ("mxfp4", "fp8e4m3_channel", "fp8e4m3", "mxfp8e4m3"))])
 def test_a_prepared_operand_computes_what_its_precision_config_does(fmt, device):
     if fmt.startswith("fp8") and device == "cuda" and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 needs compute capability 8.9")

@@ -182,6 +182,7 @@ def test_topk_plan_and_catalog_companions():
         assert {canonical_name(c) for c in companions(variant)} <= set(default_catalog().by_name())
 
 
+@pytest.mark.slow
 def test_variant_hash_is_cached_but_not_pickled():
     variant = KernelVariant(BF16, BF16, BF16, ragged=True, gammas=True)
     assert hash(variant) == hash(variant) == hash(KernelVariant(BF16, BF16, BF16, ragged=True, gammas=True))

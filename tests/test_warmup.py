@@ -21,6 +21,7 @@ DEFAULT = default_catalog().by_name()
 H200_SMS = 132
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 def test_warmup_without_a_gpu_says_so():
     done = subprocess.run([sys.executable, "-m", "ogsgen", "warmup", "--only", "ogs_matmul_xbf16_wbf16_ybf16"],

@@ -534,6 +534,7 @@ def test_a_binary_that_cannot_be_disassembled_is_treated_as_hazardous(monkeypatc
     assert not list(tmp_path.rglob("hash"))  # no verdict kept: a later process with nvdisasm checks it
 
 
+@pytest.mark.slow
 def test_warmup_reports_the_binaries_replaced_for_the_hazard(monkeypatch, device, capsys):
     # `ogsgen warmup` says, in its summary, how many binaries had the hazard (one warm-up call here), as a serving
     # process's log says it once.
