@@ -8,6 +8,8 @@ The checkpoint stores each expert's weights as DeepSeek-V3 does: e4m3 values (E,
 concatenated along out in w13, and `weight_scale_inv` of one float32 scale per 128 x 128 block (E, out / 128,
 in / 128); with --format fp8e4m3_channel, one scale per output column (E, out). `prepare_expert_weights` takes them
 as they are (w2 without a copy); matmul_ogs quantizes the bf16 activations per row and 128 columns (per row).
+With b128 weights, w13 writes its SwiGLU output already quantized for w2 (e4m3 and a scale per row and 128
+columns: its out_scale), so no bf16 intermediate reaches memory.
 
 top-k routing -> w13 (gather tokens to experts, fused SwiGLU) -> w2 (times the gates, scattered and summed).
 """
@@ -34,18 +36,23 @@ def activation_block(fmt):
     return (1, FP8_BLOCK) if fmt == "fp8e4m3_b128" else (1, 0)
 
 
-def moe_layer(x, logits, w13, w2, top_k):
+def moe_layer(x, logits, w13, w2, top_k, fmt):
     routing_data, gather_indx, scatter_indx = ogsgen.routing(logits, top_k)
     swiglu = ogsgen.FusedActivation(ogsgen.swiglu, SWIGLU_ARGS)
+    h_fields, h_scale = {}, {}
+    if fmt == "fp8e4m3_b128":  # h written as w2's e4m3 input: a float32 scale per row and 128 columns
+        scales = torch.empty(x.shape[0] * top_k, -(-w2.w.shape[-2] // FP8_BLOCK), device=x.device)
+        h_fields, h_scale = dict(out_scale=scales), dict(act_scale=scales)
     h = ogsgen.matmul_ogs(x, w13.w, None, routing_data, gather_indx=gather_indx, fused_activation=swiglu,
-                          precision_config=w13.precision_config())
+                          precision_config=w13.precision_config(**h_fields))
     return ogsgen.matmul_ogs(h, w2.w, None, routing_data, scatter_indx=scatter_indx, gammas=routing_data.gate_scal,
-                             precision_config=w2.precision_config())
+                             precision_config=w2.precision_config(**h_scale))
 
 
 def moe_layer_torch(x, logits, w13, w2, top_k, fmt):
     """The same layer token by expert in float64 from the checkpoint's dequantized weights, activations quantized as
-    the format says (the intermediate kept in bf16 first, as the layer keeps it)."""
+    the format says (the intermediate from float32 with b128, which w13 quantizes itself; else kept in bf16 first,
+    as the layer keeps it)."""
     weights, experts = torch.topk(logits, top_k, dim=-1)
     weights = torch.softmax(weights, dim=-1).double()
     block = activation_block(fmt)
@@ -59,7 +66,8 @@ def moe_layer_torch(x, logits, w13, w2, top_k, fmt):
         if token.numel():
             h = ogsgen.swiglu_torch(torch.stack([x_q[token] @ gate[expert].mT, x_q[token] @ up[expert].mT],
                                                 dim=-1).flatten(-2), *SWIGLU_ARGS)
-            out.index_add_(0, token, (quantized(h.bfloat16()) @ w2_ck[expert].mT) * weights[token, slot, None])
+            h = h.float() if fmt == "fp8e4m3_b128" else h.bfloat16()
+            out.index_add_(0, token, (quantized(h) @ w2_ck[expert].mT) * weights[token, slot, None])
     return out
 
 
@@ -84,7 +92,7 @@ def main():
     x = torch.randn(t, hid, device=device).bfloat16()
     logits = torch.randn(t, e, device=device)
 
-    out = moe_layer(x, logits, w13, w2, args.top_k)
+    out = moe_layer(x, logits, w13, w2, args.top_k, fmt)
     # fp8e4m3_b128 promotes the tensor cores' sums into fp32 every 128 K values; fp8e4m3_channel sums all of K in them,
     # within 2**-12 of sum |x * w| (docs/formats.md, "fp8 dots on Hopper"): over K = 7168 that is percents of y.
     # (precision_config(max_num_imprecise_acc=128) would promote it too, at a cost in speed.)

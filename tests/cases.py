@@ -63,6 +63,20 @@ def check_mx_output(ref, values, scales, element, rtol=1e-6):
         f"largest error {(error / bound).max().item():.3g} of half an ulp"
 
 
+def check_fp8_block_output(ref, values, scales, element, rtol=1e-6):
+    """The kernel's fp8e4m3_b128 output against the float32 reference: each scale the reference's (amax / 448) within
+    ``rtol``, each value within half an e4m3 ulp of the reference under its block's scale (the kernel rounds to
+    nearest), plus ``rtol`` of it for what the reference rounds elsewhere."""
+    assert element == "e4m3"
+    ref_scales = quantize_fp8_torch(ref, (1, FP8_BLOCK))[1]
+    assert torch.allclose(scales, ref_scales, rtol=rtol, atol=0), (scales, ref_scales)
+    block_scales = scales.repeat_interleave(FP8_BLOCK, -1)[..., :ref.shape[-1]]
+    # half an ulp: 2**-4 of a normal value, 2**-10 of the scale below e4m3's smallest normal (2**-6)
+    bound = torch.maximum(ref.abs() * 2.0 ** -4, block_scales * 2.0 ** -10) + rtol * ref.abs()
+    error = (dequantize_fp8_torch(values, scales, (1, FP8_BLOCK)) - ref).abs()
+    assert (error <= bound).all(), f"largest error {(error / bound).max().item():.3g} of its bound"
+
+
 def assert_fp32_sums(want, bound, got):
     """got within ``bound`` of the float64 ``want`` where want is finite, and of its kind (NaN, or the same inf)
     where it is not."""
@@ -166,9 +180,10 @@ class Operands:
         """The call's config; a flexpoint output gets an expected scale that maps max |ref| to 100, an MX output
         (of ``out_shape``, else ref's) NaN-poisoned scales."""
         flex, fields = dict(self.flex), dict(self.pc_fields)
-        if self.variant.y.scaling == "block_e8m0":
-            shape = tuple(out_shape or ref.shape)
-            self.out_scale = torch.full((*shape[:-1], -(-shape[-1] // MX_BLOCK)), 255, dtype=torch.uint8,
+        if self.variant.y.has_block_scales:  # (NaN scales: e8m0's code 255)
+            shape, y = tuple(out_shape or ref.shape), self.variant.y
+            self.out_scale = torch.full((*shape[:-1], -(-shape[-1] // y.block_size)),
+                                        255 if y.scale_dtype == torch.uint8 else float("nan"), dtype=y.scale_dtype,
                                         device=ref.device)
             fields["out_scale"] = self.out_scale
         if self.variant.y.scaling == "flexpoint":
@@ -181,9 +196,9 @@ class Operands:
     def check(self, ref, result, maxtol, rmstol, what):
         if self.variant.w.element == "e2m1":
             maxtol = max(maxtol, 3e-2)  # upstream's mxfp4 tolerance
-        if self.variant.y.scaling == "block_e8m0":
-            rows = ref.shape[-2]
-            check_mx_output(ref, result, self.out_scale[..., :rows, :], self.variant.y.element, rtol=1e-5)
+        if self.variant.y.has_block_scales:
+            check_output = check_mx_output if self.variant.y.scaling == "block_e8m0" else check_fp8_block_output
+            check_output(ref, result, self.out_scale[..., :ref.shape[-2], :], self.variant.y.element, rtol=1e-5)
             return
         if self.variant.y.scaling == "flexpoint":
             dtype = self.variant.y.torch_dtype

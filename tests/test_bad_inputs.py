@@ -345,10 +345,17 @@ MATMUL_PRECISION = [
         r"precision_config\.out_scale makes the output mxfp8: out_dtype must be a float8 dtype"),
     bad("out_scale-shape", lambda c: matmul_ogs(c.x.bfloat16(), c.w.bfloat16(), None,
                                                 precision_config=pc(out_scale=c.scales(M, 2))),
-        r"precision_config\.out_scale must hold one e8m0 byte per 32 output columns: shape \(8, 1\)"),
-    bad("out_scale-float32", lambda c: matmul_ogs(c.x.bfloat16(), c.w.bfloat16(), None,
-                                                  precision_config=pc(out_scale=c.zeros(M, 1))),
-        r"precision_config\.out_scale must be torch\.uint8"),
+        r"precision_config\.out_scale must hold one e8m0 byte per 32 output columns of each row \(mxfp8e4m3\): "
+        r"shape \(8, 1\)"),
+    bad("out_scale-float32-with-bf16-out_dtype",
+        lambda c: matmul_ogs(c.x.bfloat16(), c.w.bfloat16(), None,
+                             precision_config=pc(out_scale=c.zeros(M, 1), out_dtype=torch.bfloat16)),
+        r"precision_config\.out_scale of float32 makes the output fp8e4m3_b128 .*: out_dtype must be "
+        r"torch\.float8_e4m3fn"),
+    bad("out_scale-float32-shape", lambda c: matmul_ogs(c.x.bfloat16(), c.w.bfloat16(), None,
+                                                        precision_config=pc(out_scale=c.zeros(M, 2))),
+        r"precision_config\.out_scale must hold one float32 scale per 128 output columns of each row "
+        r"\(fp8e4m3_b128\): shape \(8, 1\)"),
     bad("lhs_data.scale-on-fp16-x", lambda c: matmul_ogs(c.x, c.w, None,
                                                          precision_config=flex(lhs_data=InFlexData(scale=c.ones(1)))),
         r"precision_config\.flex_ctx\.lhs_data\.scale is set but the operand is fp16", r"drop the scale"),

@@ -216,17 +216,19 @@ def test_persistent_tiles_hold_two_storable_halves():
     # The persistent kernel's epilogue stores column halves of its tile by TMA, in boxes of 16 bytes or more.
     from ogsgen.runtime.opt_flags import TileProblem, make_opt_flags
 
-    def flags(block_n, reduction_n=1, y_mx=False):
-        return make_opt_flags(TileProblem(2, 1, 4096, 512, 256, reduction_n, None, 0, True, 132, None, False, y_mx,
+    def flags(block_n, reduction_n=1, y_scale_block=0):
+        return make_opt_flags(TileProblem(2, 1, 4096, 512, 256, reduction_n, None, 0, True, 132, None, False, y_scale_block,
                               constraints=(("block_n", block_n), ("persistent", True)), persistent_blocker=None))
     assert flags(16).block_n == 16  # halves of 8 columns: 16 bytes of bf16
     with pytest.raises(ogsgen.InapplicableConstraintError, match="the persistent kernel stores half tiles of at least 8 "
                                                             "output columns, so block_n must be at least 32"):
         flags(16, reduction_n=2)
-    with pytest.raises(ogsgen.InapplicableConstraintError, match=r"an mx output needs block_n // 2 // reduction_n to "
-                                                            r"be a multiple of 32"):
-        flags(32, y_mx=True)
-    assert flags(64, y_mx=True).block_n == 64
+    with pytest.raises(ogsgen.InapplicableConstraintError, match=r"an output with a scale per 32 columns needs "
+                                                                 r"block_n // 2 // reduction_n to be a multiple of 32"):
+        flags(32, y_scale_block=32)
+    assert flags(64, y_scale_block=32).block_n == 64
+    with pytest.raises(ogsgen.InapplicableConstraintError, match=r"a scale per 128 columns needs block_n // 2"):
+        flags(128, y_scale_block=128)  # fp8 b128 output
 
 
 def test_constraints_are_scoped():

@@ -586,7 +586,8 @@ def test_mx_output_of_a_width_that_is_not_whole_scale_blocks(path, swiglu, devic
 def test_mx_output_errors(device):
     x = torch.randn(8, 64, device=device).bfloat16()
     w = torch.randn(64, 64, device=device).bfloat16()
-    with pytest.raises(ogsgen.SpecError, match=r"out_scale must hold one e8m0 byte per 32 output columns: shape \(8, 2\)"):
+    with pytest.raises(ogsgen.SpecError, match=r"out_scale must hold one e8m0 byte per 32 output columns of each row "
+                                             r"\(mxfp8e4m3\): shape \(8, 2\)"):
         matmul_ogs(x, w, None, precision_config=PrecisionConfig(out_scale=torch.zeros(8, 3, dtype=torch.uint8)))
     with pytest.raises(ogsgen.SpecError, match="out_scale makes the output mxfp8: out_dtype must be a float8"):
         matmul_ogs(x, w, None, precision_config=PrecisionConfig(out_dtype=torch.bfloat16,

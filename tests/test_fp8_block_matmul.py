@@ -94,6 +94,49 @@ def test_moe_layer(fmt, tile, device):
     assert_close(y_want, y, **BF16_OUT)
 
 
+@pytest.mark.usefixtures("kernels_on_demand")  # (the float32 h it is checked against is not in the default catalog)
+@pytest.mark.parametrize("split_k", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_w1_writes_e4m3_h_and_its_scales(split_k, device):
+    """A float32 out_scale makes w1's output fp8e4m3_b128: the epilogue quantizes the SwiGLU rows as quantize_fp8(h,
+    (1, 128)) quantizes the float32 h of the same kernel, bit for bit (a partial last group of 64 columns included),
+    and w2 takes them as its x and act_scale."""
+    tokens, hidden, inter, experts, top_k = 12, 256, 192, 4, 2
+    rd, gi, si = ogsgen.routing(torch.randn(tokens, experts, device=device), top_k)
+    x = torch.randn(tokens, hidden, device=device).bfloat16()
+    w1 = _weights("fp8e4m3_b128", experts, hidden, 2 * inter, device, gate_up="concatenated")
+    w2 = _weights("fp8e4m3_b128", experts, inter, hidden, device)
+    h_scales = torch.full((tokens * top_k, 2), float("nan"), device=device)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=256, block_k=128, split_k=split_k):
+        h32 = matmul_ogs(x, w1.w, None, rd, gather_indx=gi, fused_activation=SWIGLU,
+                         precision_config=w1.precision_config(out_dtype=torch.float32))
+        h = matmul_ogs(x, w1.w, None, rd, gather_indx=gi, fused_activation=SWIGLU,
+                       precision_config=w1.precision_config(out_scale=h_scales))
+    assert h.dtype == torch.float8_e4m3fn and h.shape == (tokens * top_k, inter)
+    values, scales = quantize_fp8_torch(h32, (1, FP8_BLOCK))
+    assert torch.equal(h.view(torch.uint8), values.view(torch.uint8))
+    assert torch.equal(h_scales.view(torch.int32), scales.view(torch.int32))
+    y = matmul_ogs(h, w2.w, None, rd, scatter_indx=si, gammas=rd.gate_scal,
+                   precision_config=w2.precision_config(act_scale=h_scales))
+    h_dequantized = dequantize_fp8_torch(h, h_scales, (1, FP8_BLOCK)).double()
+    y_want = matmul_ogs_torch(h_dequantized, w2.dequantize().double(), None, rd, None, si, gammas=rd.gate_scal,
+                              precision_config=PrecisionConfig(out_dtype=torch.float64))
+    assert_close(y_want, y, **BF16_OUT)
+
+
+def test_the_reference_quantizes_an_output_with_block_scales(device):
+    """matmul_ogs_torch with out_scale returns what matmul_ogs does: the quantized float32 result, its scales
+    written into out_scale (float32: fp8e4m3_b128; uint8: mxfp8)."""
+    x, w = torch.randn(5, 64, device=device), torch.randn(64, 160, device=device)
+    for scales, quantize in ((torch.empty(5, 2, device=device), lambda t: quantize_fp8_torch(t, (1, FP8_BLOCK))),
+                             (torch.empty(5, 5, dtype=torch.uint8, device=device),
+                              lambda t: ogsgen.numerics.quantize_mx_torch(t, "e4m3"))):
+        y = matmul_ogs_torch(x, w, None, precision_config=PrecisionConfig(out_scale=scales))
+        want_values, want_scales = quantize(x @ w)
+        assert torch.equal(y.view(torch.uint8), want_values.view(torch.uint8)) and torch.equal(scales, want_scales)
+    with pytest.raises(ogsgen.SpecError, match=r"out_scale must have shape \(5, 2\)"):
+        matmul_ogs_torch(x, w, None, precision_config=PrecisionConfig(out_scale=torch.empty(5, 1, device=device)))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_split_k(fmt, device):
     x = torch.randn(8, 512, device=device).bfloat16()

@@ -30,6 +30,7 @@ GOLDEN_DEFAULT = ["ogs_matmul_xbf16_wbf16_ybf16", "ogs_matmul_xbf16_wbf16_ybf16_
                   "ogs_matmul_xfp8e4m3_wfp8e4m3_yfp8e4m3_bias", "ogs_reduce_xfp32_yfp8e4m3",
                   "ogs_matmul_xbf16_wbf16_yfp32_inner_gather_y_acc_in",
                   "ogs_matmul_xfp8e4m3_b128_wfp8e4m3_b128_ybf16_ragged_gather_act_swiglu",
+                  "ogs_matmul_xfp8e4m3_b128_wfp8e4m3_b128_yfp8e4m3_b128_ragged_gather_act_swiglu",
                   "ogs_matmul_xfp8e4m3_channel_wfp8e4m3_channel_ybf16_ragged_scatter_gammas",
                   "ogs_matmul_xmxfp8e4m3_wmxfp4hopper_ymxfp8e4m3_ragged_gather_bias_act_swiglu",
                   "ogs_matmul_xmxfp8e4m3_wbf16_ybf16_bias",

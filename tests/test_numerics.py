@@ -47,8 +47,8 @@ def small_blocks(variant):
     # columns, and an fp8 dot and weights upcast in registers need K tiles of 32 at least.
     wide_k = variant.w.scales_apply == "operand" or variant.x.bits == 8  # (NVFP4 too: 16-deep steps are refused)
     blocks = dict(SMALL_BLOCKS, block_k=64 if variant.w.layout == "hopper" else 32 if wide_k else 16)
-    if variant.y.scaling == "block_e8m0":  # an MX output's tiles hold whole 32-column scale blocks
-        blocks = dict(blocks, block_n=32 * variant.reduction_n)
+    if variant.y.has_block_scales:  # an output's tiles hold whole scale blocks (mxfp8: 32 columns, fp8: 128)
+        blocks = dict(blocks, block_n=variant.y.block_size * variant.reduction_n)
     return blocks
 
 

@@ -152,12 +152,12 @@ def test_dense_16_bit_calls_of_128_row_tiles_take_the_persistent_tile_that_fills
 def test_the_heuristic_never_picks_a_tile_its_own_checks_refuse():
     # Every combination of operands and shapes below gets flags without an InapplicableConstraintError (the checks
     # that tell a caller why a constrained tile cannot run).
-    for itemsize, batch, m, n, reduction_n, n_expts, layout, y_mx, bitwise, persistent, n_sms in itertools.product(
+    for itemsize, batch, m, n, reduction_n, n_expts, layout, y_scale_block, bitwise, persistent, n_sms in itertools.product(
             (1, 2, 4), (1, 3), (1, 16, 33, 64, 512, 768, 4096), (16, 200, 2880, 5760), (1, 2, 4, 8), (None, 128),
-            (None, "strided", "hopper"), (False, True), (False, True), (False, True), (None, 132)):
+            (None, "strided", "hopper"), (0, 32, 128), (False, True), (False, True), (None, 132)):
         if n % reduction_n == 0 and not (layout and itemsize == 4):
             make_opt_flags(TileProblem(itemsize, batch, m, n, 2880, reduction_n, n_expts, max(1, m // (n_expts or m)), True,
-                           n_sms, layout, bitwise, y_mx, persistent_blocker=None if persistent else "no TMA",
+                           n_sms, layout, bitwise, y_scale_block, persistent_blocker=None if persistent else "no TMA",
                            mx_scales_n_contiguous=layout is not None))
 
 
@@ -178,7 +178,8 @@ def test_mx_outputs_get_a_tile_whose_stores_hold_whole_scale_groups(m, reduction
     # An MX output keeps one scale per 32 columns; the persistent kernel stores half tiles, so its heuristic tiles
     # (64x64, 128x128, 128x256) suit some activations' reductions only. Where one would not, the heuristic
     # takes the tiled kernel (it was an InapplicableConstraintError error for a call that constrained nothing).
-    flags = make_opt_flags(TileProblem(2, 1, m, 5760, 2880, reduction_n, None, 0, True, 132, y_mx=True, persistent_blocker=None))
+    flags = make_opt_flags(TileProblem(2, 1, m, 5760, 2880, reduction_n, None, 0, True, 132, y_scale_block=32,
+                                       persistent_blocker=None))
     columns = flags.block_n // 2 if flags.persistent else flags.block_n
     assert (columns // reduction_n) % 32 == 0
     assert flags.persistent == (make_opt_flags(TileProblem(2, 1, m, 5760, 2880, 1, None, 0, True, 132,
@@ -369,3 +370,19 @@ def test_fp8_x_with_mxfp4_weights_takes_64_deep_k_steps_of_at_most_64_rows():
     mxfp8_x = make_opt_flags(TileProblem(1, 1, 8192 * 4, 5760, 2880, 1, 128, 256, True, 132, "hopper", mx_scales_n_contiguous=True,
                              x_mx=True))
     assert _tile(mxfp8_x)[:5] == (128, 256, 128, 8, 4)
+
+
+@pytest.mark.parametrize("tokens", [8, 2048, 8192])
+def test_an_fp8_b128_output_widens_the_tile_without_more_accumulator_registers(tokens):
+    # DeepSeek-V3 w1 (SwiGLU) writing e4m3 h with a scale per 128 columns: its tiles hold 256 columns, and a thread
+    # holds no more accumulator elements than the heuristic's tile gave it or 64 (more warps, then fewer rows).
+    rows = 8 * tokens
+
+    def flags(y_scale_block):
+        return make_opt_flags(TileProblem(1, 1, rows, 4096, 7168, 2, 256, rows // 256 or 1, True, 132,
+                                          y_scale_block=y_scale_block, k_group=128, x_gathered=True))
+    plain, quantized = flags(0), flags(128)
+    assert quantized.block_n == 256 and plain.block_n < 256
+    per_thread = lambda f: f.block_m * f.block_n // (32 * f.num_warps)  # noqa: E731
+    assert per_thread(quantized) <= max(64, per_thread(plain))
+    assert quantized.block_m >= min(64, plain.block_m)

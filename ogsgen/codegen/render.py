@@ -14,7 +14,6 @@ from .._resources import data_dir
 from .._version import __version__
 from ..numerics import jit
 from ..numerics.codecs import codec_of
-from ..numerics.mx import ELEMENT_MAX
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
 from ..spec.functions import function_source_hash
 from ..spec.kernel_abi import ARG_PREFIX, RAGGED_ROWS_BOUND, kernel_of, per_call_names, signature_lines
@@ -86,8 +85,9 @@ def helpers_used(variant: KernelVariant) -> dict:
             helpers[reader.__name__] = reader
     if variant.upcasts_in_registers:
         helpers["request_wgmma_waits"] = jit.request_wgmma_waits
-    if variant.y.scaling == "block_e8m0":
-        helpers["scale_mx_rows"] = jit.scale_mx_rows
+    if variant.y.has_block_scales:
+        writer = codec_of(variant.y).writer
+        helpers[writer.__name__] = writer
     return helpers
 
 
@@ -97,6 +97,14 @@ def _reader(variant: KernelVariant, operand: str):
     if fmt.scales_apply != "operand" or fmt.layout != "strided" or (operand == "w" and variant.folds_mx_scales):
         return None
     return codec_of(fmt).reader
+
+
+def _y_writer_call(variant: KernelVariant) -> str | None:
+    """The call that quantizes the output tile ``acc`` under ``mask`` for an output with block scales, or None."""
+    if not variant.y.has_block_scales:
+        return None
+    codec = codec_of(variant.y)
+    return f"{codec.writer.__name__}({', '.join(('tl.where(mask, acc, 0.0)', *codec.writer_args(variant.y)))})"
 
 
 def _helper_imports(helpers: dict) -> list[tuple[str, list[str]]]:
@@ -115,11 +123,6 @@ def expected_provenance(variant: KernelVariant) -> dict:
         "functions": {kind: spec.source_hash for kind, spec in variant.functions().items()},
         "helpers": {name: function_source_hash(fn) for name, fn in helpers_used(variant).items()},
     }
-
-
-def _mx_constants(element: str) -> dict:
-    largest, emax, max_mantissa = ELEMENT_MAX[element]
-    return {"emax": emax, "max_mantissa": hex(max_mantissa), "max_value": repr(largest)}
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
         helper_imports=_helper_imports(helpers_used(variant)),
         x_reader=getattr(_reader(variant, "x"), "__name__", None),
         w_reader=getattr(_reader(variant, "w"), "__name__", None),
-        y_mx=_mx_constants(variant.y.element) if variant.y.scaling == "block_e8m0" else {},
+        y_writer=_y_writer_call(variant),
         ragged_rows_bound=hex(RAGGED_ROWS_BOUND),
     )
     with _PARSE_LOCK:

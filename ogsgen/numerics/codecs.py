@@ -1,5 +1,5 @@
-"""A scaling's codec: how torch quantizes floats to its formats, what float32 values they mean, and the in-kernel
-reader that upcasts them.
+"""A scaling's codec: how torch quantizes floats to its formats, what float32 values they mean, the in-kernel
+reader that upcasts them and the in-kernel writer that quantizes an output tile to them.
 
 The format's scaling names the module that defines its ``CODEC`` (``ogsgen.spec.formats.SCALINGS``), so that
 preparing weights (``ogsgen.moe.weights``), dequantizing operands (``ogsgen.numerics.operands``) and the references
@@ -29,6 +29,12 @@ class Codec:
     # The @triton.jit function a kernel upcasts a tile of strided values with, for scales applied to the values:
     # reader(values (R, stored S), block scales (R, S // block), ELEMENT, OUT_DTYPE) -> (R, S) of OUT_DTYPE
     reader: object = None
+    # The @triton.jit function a kernel quantizes an output tile with, for formats an output may take (block scales
+    # along N): writer(tile (R, C) float32, columns past the output 0, *writer_args) -> (values (R, C) float32
+    # clamped to the element's range, ready for the cast; block scales (R, C // format.block_size)); writer_args(
+    # format): its further (constexpr) arguments as source text for the generated kernel
+    writer: object = None
+    writer_args: Callable = lambda fmt: ()
 
 
 def codec_of(fmt: NumericFormat) -> Codec:

@@ -32,6 +32,7 @@ import triton.language as tl
 from ..devices import check_kernel_device, interpreting
 from ..errors import SpecError, SpecTypeError
 from ..spec.formats import FP8_BLOCK
+from ..spec.functions import settle_triton_cache_keys
 from . import interpreter
 from .codecs import Codec
 
@@ -158,7 +159,6 @@ def _dequantize_weights(values, block_scales, fmt):
     return dequantize_fp8_torch(values, block_scales, block)
 
 
-CODEC = Codec(_quantize_weights, _dequantize_weights, options=("pow2_scales",))
 
 @triton.jit
 def _pow2_scale(amax_bits):
@@ -190,10 +190,28 @@ def _load_tile(X, rows, cols, mask_m, n_cols, stride_xm, stride_xk):
 
 
 @triton.jit
+def _e4m3_range(tile, scale, amax_bits):
+    """tile / scale clamped to e4m3's range (0 in blocks with a NaN or an infinity), ready for the cast; scale and
+    amax_bits broadcast over the tile."""
+    scaled = tl.minimum(tl.maximum(tl.math.div_rn(tile, scale), -448.0), 448.0)
+    return tl.where(amax_bits < 0x7F800000, scaled, 0.0)
+
+
+@triton.jit
+def scale_fp8_rows(tile):
+    """Quantize a float32 (R, C) output tile (columns past the output 0) as quantize_fp8(t, (1, 128)) does, in
+    blocks of 128 columns of a row: (values (R, C) for the e4m3 cast, scales (R, C // 128) float32)."""
+    ROWS: tl.constexpr = tile.shape[0]
+    BLOCKS: tl.constexpr = tile.shape[1] // 128
+    blocks = tl.reshape(tile, (ROWS, BLOCKS, 128))
+    amax_bits = tl.max(blocks.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+    scales = _block_scale(amax_bits, False)
+    return tl.reshape(_e4m3_range(blocks, scales[:, :, None], amax_bits[:, :, None]), (ROWS, BLOCKS * 128)), scales
+
+
+@triton.jit
 def _store_e4m3(Values, tile, scale, amax_bits, rows, cols, mask_m, n_cols, stride_vm):
-    scaled = tl.math.div_rn(tile, scale[:, None])
-    scaled = tl.minimum(tl.maximum(scaled, -448.0), 448.0)
-    scaled = tl.where(amax_bits[:, None] < 0x7F800000, scaled, 0.0)
+    scaled = _e4m3_range(tile, scale[:, None], amax_bits[:, None])
     tl.store(Values + rows.to(tl.int64)[:, None] * stride_vm + cols[None, :], scaled.to(tl.float8e4nv),
              mask=mask_m[:, None] & (cols[None, :] < n_cols))
 
@@ -224,6 +242,9 @@ def _quantize_fp8_rows(X, Values, Scales, n_rows, n_cols, stride_xm, stride_xk, 
         tl.store(Scales + rows.to(tl.int64) * stride_sm + tl.program_id(1), scale, mask=mask_m)
         _store_e4m3(Values, tile, scale, amax_bits, rows, cols, mask_m, n_cols, stride_vm)
 
+
+CODEC = Codec(_quantize_weights, _dequantize_weights, options=("pow2_scales",), writer=scale_fp8_rows)
+settle_triton_cache_keys(scale_fp8_rows)  # (generated kernels call it: see ogsgen.numerics.jit's helpers)
 
 _ROW_BLOCKS = ((1, 128), (1, 0))  # the blocks quantize_fp8 runs as one Triton kernel
 

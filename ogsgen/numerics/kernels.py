@@ -124,6 +124,12 @@ def dequantize_mx(values: torch.Tensor, scales: torch.Tensor, element: str, axis
     return out.reshape(*packed.shape[:-1], size).movedim(-1, axis)
 
 
+def _scale_mx_rows_args(element: str) -> tuple[str, ...]:
+    """scale_mx_rows's constants for an output of ``element`` (scales rounded up: no value saturates), as source."""
+    largest, emax, max_mantissa = ELEMENT_MAX[element]
+    return str(emax), hex(max_mantissa), repr(largest), "True"
+
+
 def _quantize_weights(rows: torch.Tensor, fmt, rounding: str = "up"):
     """MX values and e8m0 scales of (..., N, K) floats, quantized along K on their device."""
     values, scales = quantize_mx(rows.float().contiguous(), fmt.element, axis=-1, rounding=rounding)
@@ -132,4 +138,5 @@ def _quantize_weights(rows: torch.Tensor, fmt, rounding: str = "up"):
 
 CODEC = Codec(_quantize_weights,
               lambda values, block_scales, fmt: dequantize_mx_torch(values.mT, block_scales.mT, fmt.element).mT,
-              options=("rounding",), runs_kernels=True, reader=upcast_mx_rows)
+              options=("rounding",), runs_kernels=True, reader=upcast_mx_rows, writer=scale_mx_rows,
+              writer_args=lambda fmt: _scale_mx_rows_args(fmt.element))

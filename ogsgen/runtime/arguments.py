@@ -150,7 +150,7 @@ class ReduceInputs:
         # (with fused communication, out is this rank's buffer: its rows interleave the reduce shards')
         self.m = out.shape[1] // (call.comm.n_reduce_shards if call.comm is not None else 1)
         self.n = parts.shape[-1]
-        self.block_m, self.block_n, self.num_warps = reduce_tile(self.n, variant.reduction_n)
+        self.block_m, self.block_n, self.num_warps = reduce_tile(self.n, variant.reduction_n, variant.y.block_size)
         self.offsets_64 = memory.needs_64bit_offsets((parts, (-1,)), (out, (-1,)), (call.pc.out_scale, (-1,)))
 
     def grid(self) -> tuple[int, int, int]:

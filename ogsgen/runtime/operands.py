@@ -209,7 +209,14 @@ def _formats(x, w, pc: PrecisionConfig, declared: NumericFormat | None, names: t
                         "fp8e4m3_channel or mxfp4 weights; mxfp8 weights take bf16 or fp16 x (without act_scale) or an "
                         "mxfp8 x with uint8 e8m0 act_scale (ogsgen.numerics.quantize_mx(x, 'e4m3') makes both): drop "
                         "act_scale or pass the mxfp8 x's e8m0 scales")
-    if pc.out_scale is not None:  # an MX output: fp8 values and e8m0 scales per 32 columns
+    if getattr(pc.out_scale, "dtype", None) == torch.float32:  # e4m3 values and float32 scales per 128 columns
+        out_dtype = pc.out_dtype or torch.float8_e4m3fn
+        if out_dtype != torch.float8_e4m3fn:
+            raise SpecError(f"precision_config.out_scale of float32 makes the output fp8e4m3_b128 (e4m3 values, a "
+                            f"scale per {FP8_BLOCK} columns of a row): out_dtype must be torch.float8_e4m3fn (or "
+                            f"None), got {out_dtype}; a uint8 out_scale makes an mxfp8 output")
+        y_fmt = FP8_E4M3_B128
+    elif pc.out_scale is not None:  # an MX output: fp8 values and e8m0 scales per 32 columns
         out_dtype = pc.out_dtype or torch.float8_e4m3fn
         if out_dtype not in MX_FP8_BY_DTYPE:
             raise SpecError(f"precision_config.out_scale makes the output mxfp8: out_dtype must be a float8 dtype "

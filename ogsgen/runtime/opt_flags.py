@@ -273,10 +273,11 @@ def _wave_fill(tiles: int, n_sms: int) -> float:
 
 
 @lru_cache(maxsize=1024)
-def reduce_tile(n: int, reduction_n: int) -> tuple[int, int, int]:
+def reduce_tile(n: int, reduction_n: int, y_scale_block: int = 0) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps) of the reduce kernels (split-K partial sums, top-k combines) for n columns;
-    each tile holds whole ``reduction_n`` column groups of the activation."""
-    return 32, max(32 * reduction_n, min(128, triton.next_power_of_2(n))), 4
+    each tile holds whole ``reduction_n`` column groups of the activation and whole ``y_scale_block`` groups of
+    output columns that share a scale."""
+    return 32, max(max(32, y_scale_block) * reduction_n, min(128, triton.next_power_of_2(n))), 4
 
 
 @dataclass(frozen=True)
@@ -305,7 +306,7 @@ class TileProblem:
     n_sms: int | None = None
     w_mx_layout: str | None = None   # the value layout of w whose scales apply to its values (MX), else None
     bitwise_invariant: bool = False
-    y_mx: bool = False               # an MX output: e8m0 scales per 32 output columns
+    y_scale_block: int = 0           # output columns per block scale of the output (32: mxfp8, 128: fp8 b128), or 0
     constraints: tuple = ()
     persistent_blocker: str | None = "no persistent kernel was asked for"
     mx_scales_n_contiguous: bool = False  # MX scales stored with N contiguous (their tiles differ on Hopper)
@@ -322,7 +323,7 @@ def format_facts(x_fmt, w_fmt, y_fmt) -> dict:
     upcast = [f.block_size for f in (x_fmt, w_fmt) if f.scales_apply == "operand"]
     return dict(w_mx_layout=w_fmt.layout if w_fmt.scales_apply == "operand" else None,
                 k_group=w_fmt.block_size if w_fmt.scales_apply == "k_group" else 0,
-                x_mx=x_fmt.scales_apply == "operand", y_mx=y_fmt.scaling == "block_e8m0",
+                x_mx=x_fmt.scales_apply == "operand", y_scale_block=y_fmt.block_size,
                 scale_block_k=max(upcast, default=MX_BLOCK))
 
 
@@ -334,9 +335,9 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
                       p.can_split and not p.bitwise_invariant, p.n_sms, p.w_mx_layout)
     flags = _heuristic(*heuristic_args, p.persistent_blocker is None and not p.bitwise_invariant,
                        p.mx_scales_n_contiguous, p.x_gathered, p.split_is_free, p.w_k_major)
-    if flags.persistent and _tile_problem(flags, p.itemsize, p.reduction_n, p.w_mx_layout, p.y_mx) is not None:
-        # The persistent kernel stores half tiles, of at least 8 output columns and of whole 32-column scale
-        # groups for an MX output: where its tile's halves would not be, the tiled kernel (widened below for MX).
+    if flags.persistent and _tile_problem(flags, p.itemsize, p.reduction_n, p.w_mx_layout, p.y_scale_block) is not None:
+        # The persistent kernel stores half tiles, of at least 8 output columns and of whole scale groups for an
+        # output with block scales: where its tile's halves would not be, the tiled kernel (widened below).
         flags = _heuristic(*heuristic_args, False, p.mx_scales_n_contiguous, p.x_gathered, p.split_is_free,
                            p.w_k_major)
     # Tiles changed here drop the heuristic's register cap and wait for each wgmma, measured for its own tile.
@@ -351,8 +352,8 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
                         num_warps=8 if wide or block_m < 64 else 4, num_stages=3, **_MEASURED_FOR_ITS_TILE)
     if p.bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
-    if p.y_mx and flags.block_n < MX_BLOCK * p.reduction_n:  # each output tile holds whole scale blocks
-        flags = replace(flags, block_n=MX_BLOCK * p.reduction_n, **_MEASURED_FOR_ITS_TILE)
+    if flags.block_n < p.y_scale_block * p.reduction_n:  # each output tile holds whole scale blocks
+        flags = _widened(flags, p.y_scale_block * p.reduction_n, p.bitwise_invariant)
     constrained = dict(p.constraints)
     if any(key in constrained for key in TILE_KEYS):
         constrained = {**_MEASURED_FOR_ITS_TILE, **constrained}
@@ -361,11 +362,22 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
     if constrained.get("split_k", 1) > 1:  # and only the tiled kernel does: drop the heuristic's persistent kernel
         constrained = {"persistent": False, **constrained}
     flags = replace(flags, **constrained)
-    operands = (p.itemsize, p.reduction_n, p.w_mx_layout, p.y_mx, p.k_group, p.x_mx, p.scale_block_k)
+    operands = (p.itemsize, p.reduction_n, p.w_mx_layout, p.y_scale_block, p.k_group, p.x_mx, p.scale_block_k)
     if flags.persistent and "persistent" not in constrained and _tile_problem(flags, *operands) is not None:
         flags = replace(flags, persistent=False)  # the heuristic's kernel cannot take the asked-for tile: the tiled one
     _check_applicable(flags, p, operands)
     return flags
+
+
+def _widened(flags: OptFlags, block_n: int, keep_block_m: bool) -> OptFlags:
+    """``flags`` with ``block_n`` columns, and more warps (up to 8), then fewer rows (unless ``keep_block_m``), where
+    a thread would hold more accumulator elements than the heuristic's tile gave it and more than 64. (From the
+    register count, not measured on a GPU: 2026-12-07.)"""
+    budget = max(64, flags.block_m * flags.block_n // (32 * flags.num_warps))
+    block_m, num_warps = flags.block_m, flags.num_warps
+    while block_m * block_n // (32 * num_warps) > budget and (num_warps < 8 or not keep_block_m and block_m > 16):
+        num_warps, block_m = (num_warps * 2, block_m) if num_warps < 8 else (num_warps, block_m // 2)
+    return replace(flags, block_m=block_m, block_n=block_n, num_warps=num_warps, **_MEASURED_FOR_ITS_TILE)
 
 
 def _check_applicable(flags: OptFlags, p: TileProblem, operands: tuple) -> None:
@@ -397,17 +409,19 @@ def _check_applicable(flags: OptFlags, p: TileProblem, operands: tuple) -> None:
 
 
 def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout: str | None,
-                  y_mx: bool, k_group: int = 0, x_mx: bool = False, scale_block_k: int = MX_BLOCK) -> str | None:
+                  y_scale_block: int, k_group: int = 0, x_mx: bool = False, scale_block_k: int = MX_BLOCK
+                  ) -> str | None:
     """Why the operands cannot take this tile's block sizes, or None."""
-    if y_mx and (flags.block_n // reduction_n) % MX_BLOCK:
-        return f"block_n={flags.block_n}: an mx output needs block_n // reduction_n to be a multiple of {MX_BLOCK}"
+    if y_scale_block and (flags.block_n // reduction_n) % y_scale_block:
+        return (f"block_n={flags.block_n}: an output with a scale per {y_scale_block} columns needs block_n // "
+                f"reduction_n to be a multiple of {y_scale_block}")
     # The persistent kernel's epilogue works on column halves, stored by TMA in boxes of at least 16 bytes.
     if flags.persistent and flags.block_n // 2 // reduction_n < 8:
         return (f"block_n={flags.block_n}: the persistent kernel stores half tiles of at least 8 output columns, "
                 f"so block_n must be at least {16 * reduction_n}")
-    if flags.persistent and y_mx and (flags.block_n // 2 // reduction_n) % MX_BLOCK:
-        return (f"block_n={flags.block_n}: the persistent kernel stores half tiles, and an mx output needs "
-                f"block_n // 2 // reduction_n to be a multiple of {MX_BLOCK}")
+    if flags.persistent and y_scale_block and (flags.block_n // 2 // reduction_n) % y_scale_block:
+        return (f"block_n={flags.block_n}: the persistent kernel stores half tiles, and an output with a scale per "
+                f"{y_scale_block} columns needs block_n // 2 // reduction_n to be a multiple of {y_scale_block}")
     if x_mx and flags.block_k % scale_block_k:
         return (f"block_k={flags.block_k}: mx activations carry one scale per {scale_block_k} values of K, so "
                 f"block_k must be a multiple of {scale_block_k}")

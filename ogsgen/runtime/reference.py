@@ -5,6 +5,9 @@ import torch
 import torch.distributed as dist
 
 from ..errors import SpecError
+from ..numerics.fp8_blocks import quantize_fp8_torch
+from ..numerics.mx import quantize_mx_torch
+from ..spec.formats import FP8_BLOCK
 from ..spec.operands import ScaledOperand
 from ..types import Epilogue, FusedActivation, PrecisionConfig
 
@@ -23,8 +26,9 @@ def matmul_ogs_torch(x, w, bias, routing_data=None, gather_indx=None, scatter_in
 
     Per batch entry or expert, in the kernel's order: X @ W, + bias * betas, * out_alpha, activation,
     * gammas; then ``round_y`` (what a kernel's intermediate storage rounds), the top-k sum of a
-    scatter (dropped gates add nothing), + y_acc_in, and the epilogue. ``round_x(rows, positions)``
-    may round the (gathered) x rows first. An epilogue's torch reference is called as
+    scatter (dropped gates add nothing), + y_acc_in, and the epilogue; with ``precision_config.out_scale``, the
+    result quantized (mxfp8 or fp8e4m3_b128, as matmul_ogs) and its scales written into out_scale.
+    ``round_x(rows, positions)`` may round the (gathered) x rows first. An epilogue's torch reference is called as
     ``reference(tile, rows, cols, *values)`` with the output row and column indices.
 
     In MoE mode without a scatter, output rows past the routed ones (present only when gates are
@@ -89,8 +93,23 @@ def matmul_ogs_torch(x, w, bias, routing_data=None, gather_indx=None, scatter_in
         rows, cols = torch.arange(outs.shape[1], device=device), torch.arange(outs.shape[2], device=device)
         outs = torch.stack([_reference_of(epi.specs, "epilogue")(o, rows, cols, *epi.fn_arg_values_matmul)
                             for o in outs]) if len(outs) else outs
-    outs = outs.to(pc.out_dtype or x.dtype)
+    outs = _quantized_output(outs, pc) if pc.out_scale is not None else outs.to(pc.out_dtype or x.dtype)
     return outs if x.ndim == 3 else outs[0]
+
+
+def _quantized_output(outs: torch.Tensor, pc: PrecisionConfig) -> torch.Tensor:
+    """The float32 result quantized along its rows as a kernel's epilogue quantizes an output with block scales:
+    mxfp8 for a uint8 ``out_scale`` (scales rounded up), fp8e4m3_b128 for a float32 one; the scales are written
+    into ``out_scale``, as matmul_ogs writes them."""
+    if pc.out_scale.dtype == torch.float32:
+        values, scales = quantize_fp8_torch(outs, (1, FP8_BLOCK))
+    else:
+        values, scales = quantize_mx_torch(outs, "e5m2" if pc.out_dtype == torch.float8_e5m2 else "e4m3")
+    if scales.numel() != pc.out_scale.numel() or scales.shape[-1] != pc.out_scale.shape[-1]:
+        raise SpecError(f"precision_config.out_scale must have shape {tuple(scales.shape[-2:])} (one scale per "
+                        f"block of a row of the output), got {tuple(pc.out_scale.shape)}")
+    pc.out_scale.copy_(scales.reshape(pc.out_scale.shape))
+    return values
 
 
 def _inner_reference(x, w, gather_indx, inner, y_acc_in) -> torch.Tensor:

@@ -11,7 +11,6 @@ from ..devices import check_kernel_device
 from ..errors import SpecError, SpecTypeError, UnsupportedError
 from ..moe.metadata import RaggedTensorMetadata
 from ..numerics.layouts import SwizzledMxValues
-from ..spec.formats import MX_BLOCK
 from ..types import (Epilogue, FlexCtx, FusedActivation, FusedComm, GatherIndx, InFlexData, OutFlexData,
                      PrecisionConfig, RoutingData, ScatterIndx)
 from .memory import check_distinct_elements
@@ -236,12 +235,13 @@ def check_call_shapes(x_op, w_op, y_fmt, n, routing_data, gather_indx, scatter_i
         check_tensor(buffer, name, ndims=(2, 3))
         if tuple(buffer.shape) not in shapes:
             raise SpecError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(buffer.shape)}")
-    if y_fmt.scaling == "block_e8m0":
-        expected = out_shape[:-1] + (-(-n_out // MX_BLOCK),)
-        check_tensor(pc.out_scale, "precision_config.out_scale", dtype=torch.uint8)
+    if y_fmt.has_block_scales:
+        expected = out_shape[:-1] + (-(-n_out // y_fmt.block_size),)
+        check_tensor(pc.out_scale, "precision_config.out_scale", dtype=y_fmt.scale_dtype)
         if tuple(pc.out_scale.shape) != expected:
-            raise SpecError(f"precision_config.out_scale must hold one e8m0 byte per {MX_BLOCK} output columns: "
-                            f"shape {expected}, got {tuple(pc.out_scale.shape)}")
+            one = "one e8m0 byte" if y_fmt.scale_element == "e8m0" else "one float32 scale"
+            raise SpecError(f"precision_config.out_scale must hold {one} per {y_fmt.block_size} output columns "
+                            f"of each row ({y_fmt.name}): shape {expected}, got {tuple(pc.out_scale.shape)}")
     if y is not None and y.dtype != out_dtype:
         raise SpecError(f"y has dtype {y.dtype} but the output dtype is {out_dtype}; "
                         f"set precision_config.out_dtype={y.dtype} or pass a {out_dtype} y")

@@ -44,7 +44,6 @@ from ..moe.weights import prepare_expert_weights
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import swizzle_mx_values
 from ..spec.catalog import default_catalog, load_catalog_file
-from ..spec.formats import MX_BLOCK
 from ..spec.variant import KernelVariant, canonical_name
 from ..types import (INNER_BLOCK_K, Epilogue, FlexCtx, FusedActivation, FusedComm, InFlexData, InnerRoutingData,
                      OutFlexData, PrecisionConfig)
@@ -108,8 +107,9 @@ class WarmupCall:
             flex = FlexCtx(InFlexData(scale=ones), flex.rhs_data)
         if v.y.scaling == "flexpoint":
             flex = FlexCtx(flex.lhs_data, flex.rhs_data, OutFlexData(expected_scale=ones, actual_scale=ones.clone()))
-        if v.y.scaling == "block_e8m0":
-            fields["out_scale"] = torch.empty(out_rows, -(-n_out // MX_BLOCK), dtype=torch.uint8, device=device)
+        if v.y.has_block_scales:  # (one per y.block_size output columns of a row)
+            fields["out_scale"] = torch.empty(out_rows, -(-n_out // v.y.block_size), dtype=v.y.scale_dtype,
+                                              device=device)
         lead = (_CALL_EXPERTS,) if v.ragged else ()
         for comm, buffers in self._comms(v, out_rows, n_out, device):
             with opt_flags_constraints(**asdict(self.flags)):
@@ -206,7 +206,7 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
         # that one-wave tile (rows per expert 1 / experts: one row in all)
         sizes += [(1 / experts, 256 * (n_sms // 2), k, experts) for k in _KS for experts in _EXPERTS]
     for rows, n, k, experts in sizes:
-        if n % variant.reduction_n or (formats["y_mx"] and n // variant.reduction_n < MX_BLOCK):
+        if n % variant.reduction_n or n // variant.reduction_n < formats["y_scale_block"]:
             continue
         if variant.ragged:
             args = (int(rows * experts), n, k, variant.reduction_n, experts, max(1, int(rows)))

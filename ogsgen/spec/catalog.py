@@ -138,6 +138,10 @@ def default_catalog() -> Catalog:
         *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, NVFP4, BF16),
                           (BF16, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, BF16), *_BLOCK_F32],
                          ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
+        # DeepSeek-style fp8 MLPs with no bf16 intermediate: w1 writes its SwiGLU output (or its rows, for an
+        # activation applied apart) as e4m3 with a scale per row and 128 columns, the activations w2 takes.
+        *variant_product([(FP8_E4M3_B128, FP8_E4M3_B128, FP8_E4M3_B128)], activations=(None, swiglu), ragged=(True,),
+                         gather=(True,), bias=(False, True)),
         *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, NVFP4, BF16),
                           (BF16, MXFP8_E4M3, BF16), (BF16, FP8_E4M3, BF16),
                           (FP8_E4M3, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, FP8_E4M3), *_BLOCK_F32],

@@ -89,12 +89,12 @@ def _y_flex(v): return v.y.scaling == "flexpoint"
 def _x_scales_products(v): return v.x.has_block_scales and v.x.scales_apply != "operand"
 def _w_scales_products(v): return v.w.has_block_scales and v.w.scales_apply != "operand"
 def _k_groups(v): return v.w.scales_apply == "k_group"
-def _y_mx(v): return v.y.scaling == "block_e8m0"
-def _y_mx_batched(v): return _y_mx(v) and not v.ragged
+def _y_scales(v): return v.y.has_block_scales
+def _y_scales_batched(v): return _y_scales(v) and not v.ragged
 def _y_flex_batched(v): return _y_flex(v) and not v.ragged
 def _y_by_pointers(v): return not v.persistent_stores_y_by_tma
 def _y_by_pointers_batched(v): return not v.persistent_stores_y_by_tma and not v.ragged
-def _persistent_has_pointer_strides(v): return _y_by_pointers(v) or v.y_acc_in or _y_mx(v) or v.preact  # TMA: none
+def _persistent_has_pointer_strides(v): return _y_by_pointers(v) or v.y_acc_in or _y_scales(v) or v.preact  # TMA: none
 def _acc_batched(v): return v.y_acc_in and not v.ragged
 def _preact(v): return v.preact
 def _preact_batched(v): return v.preact and not v.ragged
@@ -147,10 +147,10 @@ def _bias_batch_stride(a) -> int:
 _FLEX_OUTPUT = (Param("YExpectedScale", lambda a: _flex_out(a).expected_scale, _y_flex),
                 Param("YActualScale", lambda a: _flex_out(a).actual_scale, _y_flex),
                 Param("stride_out_scale_b", _out_scale_batch_stride, _y_flex_batched))
-_MX_OUTPUT = (Param("YMxScale", lambda a: a.call.pc.out_scale, _y_mx),
-              Param("stride_ymx_b", lambda a: _batch_stride(a.call.pc.out_scale), _y_mx_batched),
-              Param("stride_ymx_m", lambda a: a.call.pc.out_scale.stride(-2), _y_mx),
-              Param("stride_ymx_n", lambda a: a.call.pc.out_scale.stride(-1), _y_mx))
+_Y_SCALES = (Param("YScale", lambda a: a.call.pc.out_scale, _y_scales),
+             Param("stride_ys_b", lambda a: _batch_stride(a.call.pc.out_scale), _y_scales_batched),
+             Param("stride_ys_m", lambda a: a.call.pc.out_scale.stride(-2), _y_scales),
+             Param("stride_ys_n", lambda a: a.call.pc.out_scale.stride(-1), _y_scales))
 _FUNCTION_ARGS = ((FunctionArgs("activation"),), (FunctionArgs("epilogue"),))
 _FUNCTIONS = ((Param("ACTIVATION_FN", lambda a: a.call.act.specs.fn, lambda v: v.activation is not None,
                      constexpr=True),),
@@ -241,7 +241,7 @@ TILED = (
      Param("stride_wbs_n", lambda a: a.call.w_op.block_scales.stride(-1), _w_scales_products),
      Param("W_SCALE_BLOCK_N", lambda a: a.call.w_op.scale_block_n, _k_groups, constexpr=True)),
     _FLEX_OUTPUT,
-    _MX_OUTPUT,
+    _Y_SCALES,
     (Param("SliceSizes", lambda a: a.call.routing.expt_data.slice_sizes, _ragged),
      Param("SliceOffs", lambda a: a.call.routing.expt_data.slice_offs, _ragged),
      Param("BlockSchedule", lambda a: a.call.routing.expt_data.block_schedule(a.flags.block_m), _ragged),
@@ -284,7 +284,7 @@ PERSISTENT = (
      Param("WDesc", lambda a: a.w_desc),
      Param("YDesc", lambda a: a.y_desc, lambda v: v.persistent_stores_y_by_tma)),
     _FLEX_OUTPUT,
-    _MX_OUTPUT,
+    _Y_SCALES,
     (Param("SliceSizes", lambda a: a.call.routing.expt_data.slice_sizes, _ragged),
      Param("SliceOffs", lambda a: a.call.routing.expt_data.slice_offs, _ragged),
      Param("BlockOffs", lambda a: a.call.routing.expt_data.block_offs(a.flags.block_m), _ragged),
@@ -323,7 +323,7 @@ REDUCE = (
            per_call=True)),
     _GAMMAS,
     _FLEX_OUTPUT,
-    _MX_OUTPUT,
+    _Y_SCALES,
     _FUSED_COMM,
     *_FUNCTION_ARGS,
     (Param("M", lambda a: a.m, per_call=True), Param("N", lambda a: a.n),

@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields, replace
 from functools import cached_property, lru_cache
 
 from ..errors import SpecError, SpecTypeError, UnsupportedError
-from .formats import BF16, FP32, NumericFormat, constant_name
+from .formats import BF16, FP8_BLOCK, FP32, NumericFormat, constant_name
 from .functions import FnSpecs
 
 FAMILIES = {
@@ -192,7 +192,8 @@ class KernelVariant:
         epilogue); fp8 flexpoint x with fp8 w; mxfp8 x (MX activations) with bf16, MX or fp8
         flexpoint w, every operand upcast to bf16 in the kernel; e4m3 x scaled per tensor (flexpoint) or per row
         (fp8e4m3_channel) with mxfp4 w, converted to e4m3 in the kernel (``folds_mx_scales``); fp8 flexpoint y;
-        e4m3 x and w with float32 block scales of one format (fp8e4m3_b128, fp8e4m3_channel) and a plain y.
+        e4m3 x and w with float32 block scales of one format (fp8e4m3_b128, fp8e4m3_channel) and a plain y or one
+        with block scales. Outputs with block scales along N (quantized in the epilogue): mxfp8 and fp8e4m3_b128.
         """
         name = canonical_name(self)
         for fmt_name in ("x", "y"):
@@ -203,6 +204,9 @@ class KernelVariant:
                                    f"mxfp8 or e4m3 (got {self.x.name}); use strided mxfp4 weights")
         if self.x.scaling == "block_e8m0" and self.x.element == "e2m1":
             raise UnsupportedError(f"{name}: mx activations are mxfp8 (e4m3 or e5m2 values), not mxfp4")
+        if self.y.scaling == "block_f32" and (self.y.element, self.y.block_size) != ("e4m3", FP8_BLOCK):
+            raise UnsupportedError(f"{name}: an fp8 output with float32 scales is e4m3 with one scale per "
+                                   f"{FP8_BLOCK} columns of a row (fp8e4m3_b128), not {self.y.name}")
         if self.family == "reduce":
             if self.x.scaling != "none":
                 raise UnsupportedError(f"{name}: a reduce kernel reads plain partials")
@@ -224,8 +228,9 @@ class KernelVariant:
             if self.x != self.w or self.x.element != "e4m3":
                 raise UnsupportedError(f"{name}: fp8 block-scaled products take x and w of one format, e4m3 "
                                        f"(fp8e4m3_b128 or fp8e4m3_channel); matmul_ogs quantizes bf16 x to w's")
-            if self.y.scaling != "none":
-                raise UnsupportedError(f"{name}: fp8 block-scaled products write a plain output (bf16, fp16, fp32)")
+            if self.y.scaling != "none" and not self.y.has_block_scales:
+                raise UnsupportedError(f"{name}: fp8 block-scaled products write a plain output (bf16, fp16, fp32) "
+                                       f"or one with block scales (fp8e4m3_b128, mxfp8), not {self.y.name}")
             return
         x_plain = self.x.scaling == "none"
         # (weights upcast in registers take 16-bit x; MX weights have more pairings, checked below)
