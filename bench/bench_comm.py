@@ -11,10 +11,7 @@ results compared with each other first. Writes results.csv (rank 0) and env.json
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -22,11 +19,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import triton
 
 import ogsgen
 
-from bench_moe import write_csv
+from bench_moe import write_csv, write_env
 
 SHAPES = {"gpt-oss-120b w2": (2880, 2880), "DeepSeek-V3 w2": (2048, 7168)}
 
@@ -93,10 +89,7 @@ def main():
     if torch.cuda.device_count() < args.world:
         sys.exit(f"--world {args.world} needs as many GPUs; this machine has {torch.cuda.device_count()}")
     args.out.mkdir(parents=True, exist_ok=True)
-    env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "world": args.world,
-           "torch": torch.__version__, "triton": triton.__version__, "ogsgen": ogsgen.__version__,
-           "python": platform.python_version(), "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
-    (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+    write_env(args.out, world=args.world)
     with mp.Manager() as manager:
         results = manager.dict()
         mp.spawn(_rank, args=(args.world, 29700 + os.getpid() % 1000, args, results), nprocs=args.world, join=True)

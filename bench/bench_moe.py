@@ -9,9 +9,10 @@ Shapes: MOE_SHAPES, T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880. W
 K-contiguous), mxfp4 (the layout prepare_expert_weights picks, hopper on an H200, N-contiguous scales; mxfp4-strided,
 mxfp4-kscales for probes; mxfp4-e4m3x: x in e4m3 per row, quantized before the timed call, no triton_kernels),
 fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x quantized by the call, fp8 cuBLAS as yardstick
-and ceiling). Peers, in the same process: triton_kernels' matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe
-Triton kernel (bf16; vLLM's default H200 config, the expert alignment precomputed; w2 weights each row by its gate,
-then a sum over the top-k), torch._grouped_mm (bf16) and torch.matmul (dense).
+and ceiling; b128's w1 also writes its rows as e4m3 for w2, fused or by a quantize_fp8 pass). Peers, in the same
+process: triton_kernels' matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe Triton kernel (bf16, and fp8 w8a8
+with 128 x 128 blocks on x quantized beforehand; vLLM's default config, the expert alignment precomputed; w2 weights
+each row by its gate, then a sum over the top-k), torch._grouped_mm (bf16) and torch.matmul (dense).
 
 Timing: do_bench (eager) and do_bench_cudagraph (graph) medians, a case's implementations in turns. Bytes: x, the
 weights of experts with a row, y; TFLOP/s = 2 * rows * K * N / time. Each case draws its inputs from a seed of its own
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import importlib
 import json
 import math
 import os
@@ -80,53 +82,55 @@ def graph_medians(fns) -> list:
     return [samples[-1] if isinstance(samples[-1], Exception) else statistics.median(samples) for samples in times]
 
 
-def triton_kernels_or_none():
+def _peer_or_none(name, load):
     try:
-        import triton_kernels.matmul_ogs as tk_matmul
-        import triton_kernels.routing as tk_routing
-        return tk_matmul, tk_routing
+        return load()
     except Exception as exc:  # not on PYTHONPATH, or an incompatible copy
-        print(f"triton_kernels not importable ({type(exc).__name__}: {exc}); peers: torch only", file=sys.stderr)
-        return None
+        print(f"{name} not importable ({type(exc).__name__}: {exc}); peer left out", file=sys.stderr)
+
+
+def triton_kernels_or_none():
+    return _peer_or_none("triton_kernels", lambda: (importlib.import_module("triton_kernels.matmul_ogs"),
+                                                    importlib.import_module("triton_kernels.routing")))
 
 
 def vllm_or_none():
-    try:
-        import vllm_peer_launch
-        if vllm_peer_launch.fused_moe_kernel is None:
+    def load():
+        if importlib.import_module("vllm_peer_launch").fused_moe_kernel is None:
             raise ImportError("no vllm_fused_moe_kernel: python bench/fetch_peers.py third_party places it")
-        return vllm_peer_launch
-    except Exception as exc:  # not on PYTHONPATH, or an incompatible copy
-        print(f"vLLM's fused_moe kernel not importable ({type(exc).__name__}: {exc}); peer left out", file=sys.stderr)
-        return None
+        return sys.modules["vllm_peer_launch"]
+    return _peer_or_none("vLLM's fused_moe kernel", load)
 
 
-def vllm_fused_moe(vllm, x, w, logits, top_k, mode):
+def vllm_fused_moe(vllm, x, w, logits, top_k, mode, fp8=None):
     """vLLM's fused_moe kernel on ogsgen's weights (passed as (E, N, K): the same memory, whatever its layout) and
     the same routing (top-k of the logits, gates renormalized by a softmax over the chosen logits), then its
     float32 reference: w1 (gather) gives y (T, top_k, N); w2 (scatter) reads x's rows in gate order (t*top_k+j) and
-    gives y (T, N), each gate's row weighted by its gate and summed, as vLLM's fused_experts does."""
+    gives y (T, N), each gate's row weighted by its gate and summed, as vLLM's fused_experts does. ``fp8``: e4m3 x
+    and w of 128 x 128 blocks, (x's scales (rows, K / 128), w's (E, K / 128, N / 128), x dequantized, expert e's
+    weights dequantized (K, N))."""
     chosen = torch.topk(logits, top_k, dim=1)
     topk_ids, gates = chosen.indices.to(torch.int32), torch.softmax(chosen.values, dim=1)
     tokens, w_enk = logits.shape[0], w.mT
-    config = vllm.get_default_config(tokens, w.shape[0])
+    config = vllm.get_fp8_block_config(tokens) if fp8 else vllm.get_default_config(tokens, w.shape[0])
+    x_scale, w_scale, x_ref, expert_w = fp8 or (None, None, x, w.__getitem__)
     # (the alignment precomputed, as its TritonExperts path does before the GEMM); w2: the same alignment over
     # gates t*top_k+j, A's rows are those gates (top_k 1 in the kernel)
     sorted_ids, expert_ids, padded_rows = vllm.prepare_expert_assignment(topk_ids, config, tokens, top_k, w.shape[0])
     gather = mode == "gather"
     flat_gates = None if gather else gates.reshape(-1).contiguous()
     out = torch.empty(tokens if gather else x.shape[0], top_k if gather else 1, w.shape[2], device=x.device,
-                      dtype=x.dtype)
+                      dtype=torch.bfloat16)
 
     def run():
         vllm.invoke_fused_moe_kernel(x, w_enk, out, flat_gates, sorted_ids, expert_ids, padded_rows, not gather,
-                                     top_k if gather else 1, config)
+                                     top_k if gather else 1, config, x_scale, None if fp8 is None else w_scale.mT)
         return out if gather else out.view(tokens, top_k, -1).sum(1)
     gate_rows = torch.arange(topk_ids.numel(), device=x.device)  # gate t*top_k+j: token t's j-th expert
 
     def reference():
-        per_gate = expert_products(x, gate_rows // top_k if gather else gate_rows, topk_ids.reshape(-1).long(),
-                                   w.__getitem__, w.shape[2]).view(tokens, top_k, -1)
+        per_gate = expert_products(x_ref, gate_rows // top_k if gather else gate_rows, topk_ids.reshape(-1).long(),
+                                   expert_w, w.shape[2]).view(tokens, top_k, -1)
         return per_gate if gather else (per_gate * gates.unsqueeze(2)).sum(1)
     return run, reference
 
@@ -241,6 +245,15 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     x_ref = fp8_as_computed(x, weight_format) if weight_format in FP8_FORMATS else x
     x_ref = x.float() * pc.act_scale if weight_format == "mxfp4-e4m3x" else x_ref
     yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
+    if weight_format == "fp8e4m3_b128" and mode == "gather":  # w1's rows as w2's e4m3 input, fused or by a pass
+        fused = replace(pc, out_scale=torch.empty(rows, n // FP8_BLOCK, device=device))
+        for impl, run in (("ogsgen, e4m3 y", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=fused,
+                                                                     **kwargs)),
+                          ("ogsgen, bf16 y + quantize_fp8", lambda: lib.numerics.quantize_fp8(
+                              lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), (1, FP8_BLOCK))[0])):
+            yield impl, run, flops, bytes_moved  # (e4m3 values checked: their scales, amax / 448, are the reference's)
+            yield f"reference {impl}", lambda: quantize_fp8_torch(moe_reference(x_ref, expert_w, n, rd, **kwargs),
+                                                                  (1, FP8_BLOCK))[0], None, None
     if tk is not None and weight_format not in FP8_DOTS:  # (no such format there)
         tk_matmul, tk_routing = tk
         t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
@@ -264,8 +277,11 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         yield "triton_kernels", run_triton_kernels, flops, bytes_moved
         # Its own reference: its routing's row order, and for mxfp4 its own quantization of the same weights.
         yield "reference triton_kernels", lambda: moe_reference(x_ref, t_expert_w, n, t_rd, **t_indices), None, None
-    if weight_format.startswith("bf16") and vllm is not None:
-        run_vllm, vllm_reference = vllm_fused_moe(vllm, x, w, logits, top_k, mode)
+    if (weight_format.startswith("bf16") or weight_format == "fp8e4m3_b128") and vllm is not None:
+        # fp8: its GEMM alone, on x quantized per row and 128 columns before the timed call
+        x8, x8_scale = lib.numerics.quantize_fp8(x, (1, FP8_BLOCK)) if weight_format == "fp8e4m3_b128" else (x, None)
+        fp8 = None if x8_scale is None else (x8_scale, prepared.weight_scale, x_ref, expert_w)
+        run_vllm, vllm_reference = vllm_fused_moe(vllm, x8, w, logits, top_k, mode, fp8)
         yield "vLLM fused_moe", run_vllm, flops, bytes_moved
         yield "reference vLLM fused_moe", vllm_reference, None, None
     if weight_format.startswith("bf16"):
@@ -453,11 +469,7 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     tk, vllm = triton_kernels_or_none(), vllm_or_none()
     ceilings = measure_ceilings()
-    env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "triton": triton.__version__, "ogsgen": ogsgen.__version__, "python": platform.python_version(),
-           "triton_kernels": tk is not None, "vllm_fused_moe": vllm is not None, "ceilings": ceilings.as_dict(),
-           "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
-    (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+    write_env(args.out, triton_kernels=tk is not None, vllm_fused_moe=vllm is not None, ceilings=ceilings.as_dict())
     rows = []
 
     for name in args.shapes:
@@ -483,6 +495,14 @@ def main():
     (args.out / "table.md").write_text(markdown_table(rows))
     plot(rows, args.out / "results.png")
     exit_if_impossible(rows)
+
+
+def write_env(out: Path, **facts) -> None:
+    """out/env.json: the run's date, GPU, versions and command, and ``facts``."""
+    env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "triton": triton.__version__, "ogsgen": ogsgen.__version__, "python": platform.python_version(),
+           "command": " ".join([os.path.basename(sys.executable), *sys.argv]), **facts}
+    (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
 
 
 def write_csv(rows, path):

@@ -15,11 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import datetime
-import json
 import os
-import platform
-import sys
 import zlib
 from pathlib import Path
 
@@ -28,12 +24,11 @@ from pathlib import Path
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 import torch  # noqa: E402
-import triton
 from triton.testing import do_bench
 
 import ogsgen
 
-from bench_moe import write_csv
+from bench_moe import write_csv, write_env
 from ceilings import Ceilings, exit_if_impossible, measure as measure_ceilings
 
 SHAPES = {  # name: (experts, top-k, width, w1 N)
@@ -148,10 +143,7 @@ def main():
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ceilings = measure_ceilings()
-    env = {"ceilings": ceilings.as_dict(), "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "triton": triton.__version__, "ogsgen": ogsgen.__version__,
-           "python": platform.python_version(), "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
-    (args.out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+    write_env(args.out, ceilings=ceilings.as_dict())
     rows = []
     for name in args.shapes:
         for tokens in args.tokens:

@@ -212,6 +212,34 @@ def test_the_vllm_peers_reference_is_its_products_with_the_chosen_experts(mode, 
     torch.testing.assert_close(reference(), want, rtol=1e-5, atol=1e-4)
 
 
+VLLM_KERNEL = Path(__file__).resolve().parents[1] / "third_party" / "vllm" / "vllm_fused_moe_kernel.py"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VLLM_KERNEL.is_file(), reason="vLLM's kernel is not fetched: python bench/fetch_peers.py "
+                                                      "third_party")
+@pytest.mark.parametrize("mode", ["gather", "scatter"])
+def test_the_vllm_peers_fp8_block_launch_computes_its_reference(mode, device, monkeypatch):
+    """vLLM's fused_moe kernel in its fp8 w8a8 block mode, launched as the bench launches it (e4m3 x with a scale per
+    row and 128 columns, ogsgen's fp8e4m3_b128 weights and their scales), against its float32 reference."""
+    monkeypatch.syspath_prepend(str(VLLM_KERNEL.parent))
+    monkeypatch.delitem(sys.modules, "vllm_peer_launch", raising=False)  # (imported before without the kernel)
+    import bench_moe
+    import ogsgen
+    from ogsgen.numerics import FP8_BLOCK
+    vllm = bench_moe.vllm_or_none()
+    n_expts, top_k, tokens, k, n = 8, 2, 12, 256, 256
+    prepared = ogsgen.prepare_expert_weights(torch.randn(n_expts, n, k, device=device), format="fp8e4m3_b128")
+    x = torch.randn(tokens if mode == "gather" else tokens * top_k, k, device=device).bfloat16()
+    x8, x_scale = ogsgen.numerics.quantize_fp8(x, (1, FP8_BLOCK))
+    fp8 = (x_scale, prepared.weight_scale, bench_moe.fp8_as_computed(x, "fp8e4m3_b128"),
+           lambda e: bench_moe.dequantized_expert(prepared, e))
+    run, reference = bench_moe.vllm_fused_moe(vllm, x8, prepared.w, torch.randn(tokens, n_expts, device=device),
+                                              top_k, mode, fp8)
+    rms, largest = bench_moe.relative_errors(run(), reference())
+    assert rms < 4e-3 and largest < 1e-2  # its bf16 output's rounding
+
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = sorted(p.relative_to(BENCH).as_posix() for p in [*BENCH.glob("*.py"), *BENCH.glob("probes/*.py")])
 

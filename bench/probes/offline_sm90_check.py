@@ -37,7 +37,7 @@ from ogsgen import devices  # noqa: E402
 from ogsgen.moe.reference import routing_torch  # noqa: E402
 from ogsgen.numerics.jit import compiling_for  # noqa: E402
 from ogsgen.numerics.layouts import swizzle_mx_values  # noqa: E402
-from ogsgen.runtime import launcher, matmul, wgmma_hazards  # noqa: E402
+from ogsgen.runtime import launcher, wgmma_hazards  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
 H200_SHARED_LIMIT = 232448  # bytes a block may use on sm_90
