@@ -137,6 +137,23 @@ def test_the_reference_quantizes_an_output_with_block_scales(device):
         matmul_ogs_torch(x, w, None, precision_config=PrecisionConfig(out_scale=torch.empty(5, 1, device=device)))
 
 
+@pytest.mark.usefixtures("kernels_on_demand")  # (a float32 output)
+def test_one_w_scale_per_tile_promotes_as_a_scale_per_column(device):
+    """A tile inside one 128-column block of b128 weights multiplies each K group's products by one product of scales
+    per row; with a scale per column (the same scales, expanded) by one per element. Both are x's row scale times
+    w's block scale: the same bits."""
+    x = torch.randn(40, 384, device=device).bfloat16()
+    prepared = _weights("fp8e4m3_b128", 1, 384, 256, device)
+    outputs = []
+    for scales in (prepared.weight_scale[0], prepared.weight_scale[0].repeat_interleave(FP8_BLOCK, -1)):
+        with ogsgen.opt_flags_constraints(block_m=16, block_n=128, block_k=128):
+            outputs.append(matmul_ogs(x, prepared.w[0], None, precision_config=PrecisionConfig(
+                weight_scale=scales, out_dtype=torch.float32)))
+    assert torch.equal(outputs[0], outputs[1])
+    assert_close(_x_as_the_kernel_sees_it(x, "fp8e4m3_b128") @ prepared.dequantize()[0].double(), outputs[0],
+                 maxtol=1e-5, rmstol=1e-5)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_split_k(fmt, device):
     x = torch.randn(8, 512, device=device).bfloat16()
