@@ -352,6 +352,10 @@ MATMUL_PRECISION = [
                              precision_config=pc(out_scale=c.zeros(M, 1), out_dtype=torch.bfloat16)),
         r"precision_config\.out_scale of float32 makes the output fp8e4m3_b128 .*: out_dtype must be "
         r"torch\.float8_e4m3fn"),
+    bad("out_scale-float16", lambda c: matmul_ogs(c.x.bfloat16(), c.w.bfloat16(), None,
+                                                  precision_config=pc(out_scale=c.zeros(M, 1).half())),
+        r"precision_config\.out_scale must be uint8 \(e8m0 scales per 32 columns: an mxfp8 output\) or float32 "
+        r"\(a scale per 128 columns of a row: an fp8e4m3_b128 output\), got torch\.float16"),
     bad("out_scale-float32-shape", lambda c: matmul_ogs(c.x.bfloat16(), c.w.bfloat16(), None,
                                                         precision_config=pc(out_scale=c.zeros(M, 2))),
         r"precision_config\.out_scale must hold one float32 scale per 128 output columns of each row "

@@ -209,6 +209,10 @@ def _formats(x, w, pc: PrecisionConfig, declared: NumericFormat | None, names: t
                         "fp8e4m3_channel or mxfp4 weights; mxfp8 weights take bf16 or fp16 x (without act_scale) or an "
                         "mxfp8 x with uint8 e8m0 act_scale (ogsgen.numerics.quantize_mx(x, 'e4m3') makes both): drop "
                         "act_scale or pass the mxfp8 x's e8m0 scales")
+    if getattr(pc.out_scale, "dtype", torch.uint8) not in (torch.uint8, torch.float32):
+        raise SpecError(f"precision_config.out_scale must be uint8 (e8m0 scales per 32 columns: an mxfp8 output) or "
+                        f"float32 (a scale per {FP8_BLOCK} columns of a row: an fp8e4m3_b128 output), got "
+                        f"{pc.out_scale.dtype}")
     if getattr(pc.out_scale, "dtype", None) == torch.float32:  # e4m3 values and float32 scales per 128 columns
         out_dtype = pc.out_dtype or torch.float8_e4m3fn
         if out_dtype != torch.float8_e4m3fn:
