@@ -222,6 +222,23 @@ def test_quantize_fp8_equals_torch_bit_for_bit(m, k, dtype, pow2_scales, block, 
     assert_quantized_as_reference(x, block, pow2_scales, values, scales)
 
 
+def test_quantize_fp8_divides_as_ieee_at_every_scale_magnitude(device):
+    """The kernel divides by one reciprocal per block (Markstein's correction, fp8_blocks._divided_by_scale), the
+    reference per value: the same bits for blocks whose amax spans float32's exponents, subnormal scales (lifted
+    first) and scales whose significand is all ones included."""
+    generator = torch.Generator().manual_seed(7)
+    magnitudes = torch.tensor([2.0 ** e for e in range(-149, 121, 3)], dtype=torch.float64)
+    x = torch.randn(len(magnitudes), 128, generator=generator, dtype=torch.float64) * magnitudes[:, None]
+    all_ones = torch.tensor([0x3FFFFFFF, 0x1BFFFFFF, 0x5AFFFFFF], dtype=torch.int32).view(torch.float32) * 448
+    x[:3, 0] = all_ones.double()  # amax / 448 of these rows: significands of all ones
+    x[:3, 1:] = x[:3, 1:].clamp(-1, 1) * all_ones[:, None].double()
+    x = x.float().to(device)
+    values, scales = quantize_fp8(x, (1, 128))
+    v_ref, s_ref = quantize_fp8_torch(x, (1, 128))
+    assert torch.equal(scales, s_ref) and (s_ref < 2.0 ** -96).any() and (s_ref > 2.0 ** 100).any()
+    assert torch.equal(values.view(torch.uint8), v_ref.view(torch.uint8))
+
+
 @triton.jit
 def _upcast(X, Out, N: tl.constexpr):
     i = tl.arange(0, N)
