@@ -14,7 +14,7 @@ PROVENANCE = {
     'catalog': 'ogsgen:default',
     'functions': {},
     'helpers': {
-        'scale_fp8_rows': 'fae15f36356eb632162cb916fc90e03408b5a36ffcc76da4c0ece4ad3dcb6e5d',
+        'scale_fp8_rows': 'a25bb3d27acd06152e48aca3af98c959a32dddfc2969e0038c120cde35a4e24f',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_matmul_ogs.py.jinja',

@@ -17,7 +17,7 @@ PROVENANCE = {
         'activation': '5bc5636aacde27ee991d0f72e1dba8bad9dd3f306357409b7608353a4e668a3f',
     },
     'helpers': {
-        'scale_fp8_rows': 'fae15f36356eb632162cb916fc90e03408b5a36ffcc76da4c0ece4ad3dcb6e5d',
+        'scale_fp8_rows': 'a25bb3d27acd06152e48aca3af98c959a32dddfc2969e0038c120cde35a4e24f',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_matmul_ogs.py.jinja',

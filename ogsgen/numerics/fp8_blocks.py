@@ -190,26 +190,10 @@ def _load_tile(X, rows, cols, mask_m, n_cols, stride_xm, stride_xk):
 
 
 @triton.jit
-def _divided_by_scale(tile, scale):
-    """tile / scale for the e4m3 cast: div_rn's bits wherever the quotient is a normal float32 (and so the cast's
-    everywhere: a subnormal quotient casts to a signed 0 either way), with one division per scale instead of one
-    per value (div_rn per value, a range check and a slow path each, made an fp8 output cost more than a bf16 one).
-    Markstein's correction: with r = 1/scale rounded to nearest and q = tile * r, the residual scale * q - tile is
-    exact and q - residual * r rounds to the quotient rounded to nearest (the residual negated keeps a -0's sign).
-    Scales under 2**-96 would give r = inf: both operands are lifted by 2**64 first (exact)."""
-    lift = tl.where(scale < 2.0**-96, 2.0**64, 1.0)
-    scale = scale * lift
-    tile = tile * lift
-    r = tl.math.div_rn(1.0, scale)
-    q = tile * r
-    return tl.fma(-tl.fma(scale, q, -tile), r, q)
-
-
-@triton.jit
 def _e4m3_range(tile, scale, amax_bits):
     """tile / scale clamped to e4m3's range (0 in blocks with a NaN or an infinity), ready for the cast; scale and
     amax_bits broadcast over the tile."""
-    scaled = tl.minimum(tl.maximum(_divided_by_scale(tile, scale), -448.0), 448.0)
+    scaled = tl.minimum(tl.maximum(tl.math.div_rn(tile, scale), -448.0), 448.0)
     return tl.where(amax_bits < 0x7F800000, scaled, 0.0)
 
 
