@@ -135,6 +135,14 @@ def test_the_reference_quantizes_an_output_with_block_scales(device):
         assert torch.equal(y.view(torch.uint8), want_values.view(torch.uint8)) and torch.equal(scales, want_scales)
     with pytest.raises(ogsgen.SpecError, match=r"out_scale must have shape \(5, 2\)"):
         matmul_ogs_torch(x, w, None, precision_config=PrecisionConfig(out_scale=torch.empty(5, 1, device=device)))
+    # The format comes from matmul_ogs's door: a float16 out_scale, or an mxfp8 output asked in bf16, is refused
+    # there and here alike (the reference took any dtype but float32 for mxfp8 scales before).
+    for config, message in ((PrecisionConfig(out_scale=torch.empty(5, 2, dtype=torch.float16, device=device)),
+                             r"out_scale must be uint8 .* or float32 .* got torch\.float16"),
+                            (PrecisionConfig(out_scale=torch.empty(5, 5, dtype=torch.uint8, device=device),
+                                             out_dtype=torch.bfloat16), r"out_dtype must be a float8 dtype")):
+        with pytest.raises(ogsgen.SpecError, match=message):
+            matmul_ogs_torch(x, w, None, precision_config=config)
 
 
 @pytest.mark.usefixtures("kernels_on_demand")  # (a float32 output)

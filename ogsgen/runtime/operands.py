@@ -144,6 +144,27 @@ def _unwrap_swizzled(w, x):
     return w.data, MXFP4_HOPPER, w.k
 
 
+def scaled_output_format(out_scale: torch.Tensor, out_dtype: torch.dtype | None):
+    """(out_dtype, format) of an output with block scales, which ``out_scale``'s dtype chooses: float32 makes
+    fp8e4m3_b128 (e4m3 values, a scale per 128 columns of a row), uint8 mxfp8 (e8m0 scales per 32 columns; values
+    in ``out_dtype``'s fp8, e4m3 by default)."""
+    if getattr(out_scale, "dtype", None) not in (torch.uint8, torch.float32):
+        raise SpecError(f"precision_config.out_scale must be uint8 (e8m0 scales per 32 columns: an mxfp8 output) or "
+                        f"float32 (a scale per {FP8_BLOCK} columns of a row: an fp8e4m3_b128 output), got "
+                        f"{getattr(out_scale, 'dtype', type(out_scale).__name__)}")
+    out_dtype = out_dtype or torch.float8_e4m3fn
+    if out_scale.dtype == torch.float32:
+        if out_dtype != torch.float8_e4m3fn:
+            raise SpecError(f"precision_config.out_scale of float32 makes the output fp8e4m3_b128 (e4m3 values, a "
+                            f"scale per {FP8_BLOCK} columns of a row): out_dtype must be torch.float8_e4m3fn (or "
+                            f"None), got {out_dtype}; a uint8 out_scale makes an mxfp8 output")
+        return out_dtype, FP8_E4M3_B128
+    if out_dtype not in MX_FP8_BY_DTYPE:
+        raise SpecError(f"precision_config.out_scale makes the output mxfp8: out_dtype must be a float8 dtype "
+                        f"(or None for e4m3), got {out_dtype}")
+    return out_dtype, MX_FP8_BY_DTYPE[out_dtype]
+
+
 def _formats(x, w, pc: PrecisionConfig, declared: NumericFormat | None, names: tuple[str, str]):
     """(x format, w format, y format, logical K) of a call: w's as declared, else from dtypes and the precision
     config."""
@@ -209,23 +230,8 @@ def _formats(x, w, pc: PrecisionConfig, declared: NumericFormat | None, names: t
                         "fp8e4m3_channel or mxfp4 weights; mxfp8 weights take bf16 or fp16 x (without act_scale) or an "
                         "mxfp8 x with uint8 e8m0 act_scale (ogsgen.numerics.quantize_mx(x, 'e4m3') makes both): drop "
                         "act_scale or pass the mxfp8 x's e8m0 scales")
-    if getattr(pc.out_scale, "dtype", torch.uint8) not in (torch.uint8, torch.float32):
-        raise SpecError(f"precision_config.out_scale must be uint8 (e8m0 scales per 32 columns: an mxfp8 output) or "
-                        f"float32 (a scale per {FP8_BLOCK} columns of a row: an fp8e4m3_b128 output), got "
-                        f"{pc.out_scale.dtype}")
-    if getattr(pc.out_scale, "dtype", None) == torch.float32:  # e4m3 values and float32 scales per 128 columns
-        out_dtype = pc.out_dtype or torch.float8_e4m3fn
-        if out_dtype != torch.float8_e4m3fn:
-            raise SpecError(f"precision_config.out_scale of float32 makes the output fp8e4m3_b128 (e4m3 values, a "
-                            f"scale per {FP8_BLOCK} columns of a row): out_dtype must be torch.float8_e4m3fn (or "
-                            f"None), got {out_dtype}; a uint8 out_scale makes an mxfp8 output")
-        y_fmt = FP8_E4M3_B128
-    elif pc.out_scale is not None:  # an MX output: fp8 values and e8m0 scales per 32 columns
-        out_dtype = pc.out_dtype or torch.float8_e4m3fn
-        if out_dtype not in MX_FP8_BY_DTYPE:
-            raise SpecError(f"precision_config.out_scale makes the output mxfp8: out_dtype must be a float8 dtype "
-                            f"(or None for e4m3), got {out_dtype}")
-        y_fmt = MX_FP8_BY_DTYPE[out_dtype]
+    if pc.out_scale is not None:
+        out_dtype, y_fmt = scaled_output_format(pc.out_scale, pc.out_dtype)
     else:
         # x's dtype for a plain or a 16-bit x; bf16 for an fp8 x and for an fp32 x quantized here (fp8 block weights)
         out_dtype = pc.out_dtype or (x.dtype if x.dtype.itemsize == 2 or x_fmt.scaling == "none" else torch.bfloat16)

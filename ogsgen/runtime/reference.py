@@ -7,9 +7,9 @@ import torch.distributed as dist
 from ..errors import SpecError
 from ..numerics.fp8_blocks import quantize_fp8_torch
 from ..numerics.mx import quantize_mx_torch
-from ..spec.formats import FP8_BLOCK
 from ..spec.operands import ScaledOperand
 from ..types import Epilogue, FusedActivation, PrecisionConfig
+from .operands import scaled_output_format
 
 
 def _reference_of(specs, argument: str):
@@ -98,13 +98,14 @@ def matmul_ogs_torch(x, w, bias, routing_data=None, gather_indx=None, scatter_in
 
 
 def _quantized_output(outs: torch.Tensor, pc: PrecisionConfig) -> torch.Tensor:
-    """The float32 result quantized along its rows as a kernel's epilogue quantizes an output with block scales:
-    mxfp8 for a uint8 ``out_scale`` (scales rounded up), fp8e4m3_b128 for a float32 one; the scales are written
-    into ``out_scale``, as matmul_ogs writes them."""
-    if pc.out_scale.dtype == torch.float32:
-        values, scales = quantize_fp8_torch(outs, (1, FP8_BLOCK))
+    """The float32 result quantized along its rows as a kernel's epilogue quantizes an output with block scales, in
+    the format ``out_scale`` chooses (as matmul_ogs's, ``scaled_output_format``); the scales are written into
+    ``out_scale``, as matmul_ogs writes them."""
+    _, y_fmt = scaled_output_format(pc.out_scale, pc.out_dtype)
+    if y_fmt.scaling == "block_f32":
+        values, scales = quantize_fp8_torch(outs, (1, y_fmt.block_size))
     else:
-        values, scales = quantize_mx_torch(outs, "e5m2" if pc.out_dtype == torch.float8_e5m2 else "e4m3")
+        values, scales = quantize_mx_torch(outs, y_fmt.element)
     if scales.numel() != pc.out_scale.numel() or scales.shape[-1] != pc.out_scale.shape[-1]:
         raise SpecError(f"precision_config.out_scale must have shape {tuple(scales.shape[-2:])} (one scale per "
                         f"block of a row of the output), got {tuple(pc.out_scale.shape)}")
