@@ -14,7 +14,7 @@ PROVENANCE = {
     'catalog': 'ogsgen:default',
     'functions': {},
     'helpers': {
-        'scale_fp8_rows': 'a25bb3d27acd06152e48aca3af98c959a32dddfc2969e0038c120cde35a4e24f',
+        'scale_fp8_rows': '8a2c8a446a5b25125e6f4f6893f98d3542a415eeb8f36adef299a76a34bb8d1f',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_reduce.py.jinja',

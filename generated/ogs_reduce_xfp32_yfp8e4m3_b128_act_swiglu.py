@@ -17,7 +17,7 @@ PROVENANCE = {
         'activation': '5bc5636aacde27ee991d0f72e1dba8bad9dd3f306357409b7608353a4e668a3f',
     },
     'helpers': {
-        'scale_fp8_rows': 'a25bb3d27acd06152e48aca3af98c959a32dddfc2969e0038c120cde35a4e24f',
+        'scale_fp8_rows': '8a2c8a446a5b25125e6f4f6893f98d3542a415eeb8f36adef299a76a34bb8d1f',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_reduce.py.jinja',

@@ -37,6 +37,8 @@ from . import interpreter
 from .codecs import Codec
 
 FP8_E4M3_MAX = 448.0     # e4m3's largest finite value: a block's scale maps its amax onto it
+_E4M3_MAX = tl.constexpr(FP8_E4M3_MAX)  # (the kernels' copies: Triton reads globals only as constexpr)
+_BLOCK = tl.constexpr(FP8_BLOCK)
 QUANTIZE_SLAB = 1 << 24  # input elements quantized at a time by quantize_fp8_torch (a bounded temporary)
 _NONFINITE_BITS = 0x7F800000  # |x|'s bits from here up: infinity and NaN
 _MANTISSA_448 = 0x600000      # 448 = 1.75 * 2**8: the mantissa field of 1.75
@@ -177,7 +179,7 @@ def _block_scale(amax_bits, POW2: tl.constexpr):
     if POW2:
         scale = _pow2_scale(amax_bits)
     else:
-        scale = tl.math.div_rn(amax_bits.to(tl.float32, bitcast=True), 448.0)
+        scale = tl.math.div_rn(amax_bits.to(tl.float32, bitcast=True), _E4M3_MAX)
     scale = tl.where((scale == 0) | (amax_bits == 0), 1.0, scale)
     return tl.where(amax_bits >= 0x7F800000, float("nan"), scale)
 
@@ -193,7 +195,7 @@ def _load_tile(X, rows, cols, mask_m, n_cols, stride_xm, stride_xk):
 def _e4m3_range(tile, scale, amax_bits):
     """tile / scale clamped to e4m3's range (0 in blocks with a NaN or an infinity), ready for the cast; scale and
     amax_bits broadcast over the tile."""
-    scaled = tl.minimum(tl.maximum(tl.math.div_rn(tile, scale), -448.0), 448.0)
+    scaled = tl.minimum(tl.maximum(tl.math.div_rn(tile, scale), -_E4M3_MAX), _E4M3_MAX)
     return tl.where(amax_bits < 0x7F800000, scaled, 0.0)
 
 
@@ -202,11 +204,11 @@ def scale_fp8_rows(tile):
     """Quantize a float32 (R, C) output tile (columns past the output 0) as quantize_fp8(t, (1, 128)) does, in
     blocks of 128 columns of a row: (values (R, C) for the e4m3 cast, scales (R, C // 128) float32)."""
     ROWS: tl.constexpr = tile.shape[0]
-    BLOCKS: tl.constexpr = tile.shape[1] // 128
-    blocks = tl.reshape(tile, (ROWS, BLOCKS, 128))
+    BLOCKS: tl.constexpr = tile.shape[1] // _BLOCK
+    blocks = tl.reshape(tile, (ROWS, BLOCKS, _BLOCK))
     amax_bits = tl.max(blocks.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
     scales = _block_scale(amax_bits, False)
-    return tl.reshape(_e4m3_range(blocks, scales[:, :, None], amax_bits[:, :, None]), (ROWS, BLOCKS * 128)), scales
+    return tl.reshape(_e4m3_range(blocks, scales[:, :, None], amax_bits[:, :, None]), (ROWS, BLOCKS * _BLOCK)), scales
 
 
 @triton.jit
