@@ -14,7 +14,7 @@ PROVENANCE = {
     'catalog': 'ogsgen:default',
     'functions': {},
     'helpers': {
-        'scale_fp8_rows': '8a2c8a446a5b25125e6f4f6893f98d3542a415eeb8f36adef299a76a34bb8d1f',
+        'scale_fp8_rows': 'f43b9f52ffe0f6342c8500d25e84e46e4404dead9d07b77cc120e79a7100da64',
     },
     'ogsgen_version': '0.1.0',
     'template': 'triton_reduce.py.jinja',

@@ -240,6 +240,19 @@ def test_quantize_fp8_divides_as_ieee_at_every_scale_magnitude(device):
     assert torch.equal(values.view(torch.uint8), v_ref.view(torch.uint8))
 
 
+def test_quantize_fp8_keeps_the_sign_of_zeros(device):
+    """-0.0 (and values whose quotient rounds to a zero) quantize to e4m3's -0 (code 0x80), as torch's division and
+    cast give. (Triton 3.6 compiles a float's unary minus as 0 - x, which makes -(+0) a +0: a division written with
+    negations lost -0's sign on an H100 and in Triton 3.6's interpreter, 2026-12-07.)"""
+    x = torch.tensor([[-0.0, 0.0, -1e-30, 1e-30, -3.0, 2.0, -0.0, 448.0 * 2.0 ** -20]], device=device).repeat(2, 16)
+    x[1] *= 2.0 ** -100  # scales under the division's lift, where its operands are lifted first
+    values, scales = quantize_fp8(x, (1, 128))
+    v_ref, s_ref = quantize_fp8_torch(x, (1, 128))
+    assert torch.equal(scales, s_ref)
+    assert torch.equal(values.view(torch.uint8), v_ref.view(torch.uint8))
+    assert (values.view(torch.uint8)[:, 0] == 0x80).all() and (values.view(torch.uint8)[:, 1] == 0).all()
+
+
 @triton.jit
 def _upcast(X, Out, N: tl.constexpr):
     i = tl.arange(0, N)

@@ -372,6 +372,18 @@ def test_fp8_x_with_mxfp4_weights_takes_64_deep_k_steps_of_at_most_64_rows():
     assert _tile(mxfp8_x)[:5] == (128, 256, 128, 8, 4)
 
 
+@pytest.mark.parametrize("n,k,tokens", [(1536, 2048, 1), (2048, 768, 1), (1536, 2048, 8), (4096, 7168, 1),
+                                         (7168, 2048, 1)])
+def test_fp8_block_decode_tiles_take_64_columns_in_six_stages(n, k, tokens):
+    # Qwen3-30B-A3B and DeepSeek-V3 w1/w2 at T=1 and 8: 16x64x128 on 4 warps in 6 stages was 1-9% faster than the
+    # 16x128x128 tile in 4 stages in all five cases on an H100 (cold L2, 2026-12-07: bench/results/2026-12-07e-fp8tiles)
+    rows = 8 * tokens
+    flags = make_opt_flags(TileProblem(1, 1, rows, n, k, 1, 128, max(1, rows // 128), True, 132, k_group=128))
+    assert _tile(flags)[:5] == (16, 64, 128, 4, 6) and flags.split_k == 1
+    prefill = make_opt_flags(TileProblem(1, 1, 8 * 2048, n, k, 1, 128, 128, True, 132, k_group=128))
+    assert _tile(prefill)[:5] == (128, 128, 128, 8, 4)
+
+
 @pytest.mark.parametrize("tokens", [8, 2048, 8192])
 def test_an_fp8_b128_output_widens_the_tile_without_more_accumulator_registers(tokens):
     # DeepSeek-V3 w1 (SwiGLU) writing e4m3 h with a scale per 128 columns: its tiles hold 256 columns, and a thread
