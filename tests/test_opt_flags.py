@@ -380,8 +380,17 @@ def test_fp8_block_decode_tiles_take_64_columns_in_six_stages(n, k, tokens):
     rows = 8 * tokens
     flags = make_opt_flags(TileProblem(1, 1, rows, n, k, 1, 128, max(1, rows // 128), True, 132, k_group=128))
     assert _tile(flags)[:5] == (16, 64, 128, 4, 6) and flags.split_k == 1
-    prefill = make_opt_flags(TileProblem(1, 1, 8 * 2048, n, k, 1, 128, 128, True, 132, k_group=128))
-    assert _tile(prefill)[:5] == (128, 128, 128, 8, 4)
+
+
+@pytest.mark.parametrize("n,k,tile", [(1536, 2048, (128, 128, 128, 8, 4)), (4096, 7168, (128, 128, 128, 8, 4)),
+                                      (7168, 2048, (128, 128, 128, 8, 4)), (2048, 768, (64, 128, 128, 4, 4))])
+@pytest.mark.parametrize("tokens", [2048, 8192])
+def test_fp8_block_prefill_tiles_of_short_k_take_64_rows_on_4_warps(n, k, tile, tokens):
+    # 128x128x128 on 8 warps was fastest at K >= 2048 (64x128 on 4 warps: 1.03-1.07x its time); at Qwen3-30B-A3B
+    # w2's K = 768, 64x128 on 4 warps took 0.85-0.91x its time (H100, cold L2, bench/results/2026-12-07e-fp8tiles)
+    rows = 8 * tokens
+    flags = make_opt_flags(TileProblem(1, 1, rows, n, k, 1, 128, rows // 128, True, 132, k_group=128))
+    assert _tile(flags)[:5] == tile
 
 
 @pytest.mark.parametrize("tokens", [8, 2048, 8192])

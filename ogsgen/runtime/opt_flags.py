@@ -355,6 +355,11 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
         # 48 KiB in flight), 1-9% faster than 16x128x128 in 4 stages on an H100 (Qwen3-30B-A3B and DeepSeek-V3
         # w1/w2 at T=1 and 8, 2026-12-07, docs/heuristics.md).
         flags = replace(flags, block_n=64, num_stages=6, **_MEASURED_FOR_ITS_TILE)
+    if p.k_group and flags.block_m == 128 and flags.num_warps == 8 and p.k < 2048:
+        # fp8 block-scaled 128-row tiles with fewer than 16 K steps: 64x128 on 4 warps, two blocks per SM, one's
+        # promotion and epilogue under the other's wgmmas (Qwen3-30B-A3B w2, K = 768: 0.85-0.91x the time on an
+        # H100; at K >= 2048 they were 1.03-1.07x slower, 2026-12-07, docs/heuristics.md).
+        flags = replace(flags, block_m=64, num_warps=4, **_MEASURED_FOR_ITS_TILE)
     if p.bitwise_invariant:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
     if flags.block_n < p.y_scale_block * p.reduction_n:  # each output tile holds whole scale blocks
