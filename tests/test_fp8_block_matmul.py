@@ -71,10 +71,14 @@ def test_output_dtype(fmt, x_dtype, out_dtype, want_dtype, device):
                  @ prepared.dequantize()[0].double(), y, **BF16_OUT)
 
 
-@pytest.mark.parametrize("fmt", [FORMATS[0], pytest.param(FORMATS[1], marks=pytest.mark.slow)])
-@pytest.mark.parametrize("tile", [pytest.param(dict(block_m=16, block_n=32, block_k=64), id="decode-tile"),
-                                  pytest.param(dict(block_m=64, block_n=64, block_k=128), id="prefill-tile",
-                                               marks=pytest.mark.slow)])
+_DECODE_TILE, _PREFILL_TILE = dict(block_m=16, block_n=32, block_k=64, swap_ab=False), dict(block_m=64, block_n=64, block_k=128)
+
+
+@pytest.mark.parametrize("fmt,tile", [
+    pytest.param(FORMATS[0], _DECODE_TILE, id="b128-decode-tile"),
+    pytest.param(FORMATS[0], dict(_DECODE_TILE, block_n=64, swap_ab=True), id="b128-decode-tile-swapped"),
+    pytest.param(FORMATS[1], _DECODE_TILE, id="channel-decode-tile", marks=pytest.mark.slow),
+    *(pytest.param(fmt, _PREFILL_TILE, id=f"{fmt[7:]}-prefill-tile", marks=pytest.mark.slow) for fmt in FORMATS)])
 def test_moe_layer(fmt, tile, device):
     """A DeepSeek-style layer in small: w1 gathered with bias and SwiGLU (gate/up concatenated in the checkpoint,
     so b128 scales are per column after interleaving), w2 scattered with the gates, top-2."""
@@ -146,15 +150,16 @@ def test_the_reference_quantizes_an_output_with_block_scales(device):
 
 
 @pytest.mark.usefixtures("kernels_on_demand")  # (a float32 output)
-def test_one_w_scale_per_tile_promotes_as_a_scale_per_column(device):
+@pytest.mark.parametrize("swap_ab", [False, True])
+def test_one_w_scale_per_tile_promotes_as_a_scale_per_column(swap_ab, device):
     """A tile inside one 128-column block of b128 weights multiplies each K group's products by one product of scales
     per row; with a scale per column (the same scales, expanded) by one per element. Both are x's row scale times
-    w's block scale: the same bits."""
+    w's block scale: the same bits (with the product's operands swapped too: W^T X^T)."""
     x = torch.randn(40, 384, device=device).bfloat16()
     prepared = _weights("fp8e4m3_b128", 1, 384, 256, device)
     outputs = []
     for scales in (prepared.weight_scale[0], prepared.weight_scale[0].repeat_interleave(FP8_BLOCK, -1)):
-        with ogsgen.opt_flags_constraints(block_m=16, block_n=128, block_k=128):
+        with ogsgen.opt_flags_constraints(block_m=16, block_n=128, block_k=128, swap_ab=swap_ab):
             outputs.append(matmul_ogs(x, prepared.w[0], None, precision_config=PrecisionConfig(
                 weight_scale=scales, out_dtype=torch.float32)))
     assert torch.equal(outputs[0], outputs[1])
@@ -259,6 +264,11 @@ def test_errors(device):
     with pytest.raises(ogsgen.InapplicableConstraintError, match=r"block_k=256: fp8 block scales cover 128 rows"):
         with ogsgen.opt_flags_constraints(block_k=256):
             matmul_ogs(x, w, None, precision_config=PrecisionConfig(weight_scale=scales))
+    channel = _weights("fp8e4m3_channel", 1, 256, 64, device)
+    with pytest.raises(ogsgen.InapplicableConstraintError, match=r"swap_ab=True applies to fp8 weights with 128 x 128 "
+                                                                 r"block scales \(fp8e4m3_b128\) only; drop it"):
+        with ogsgen.opt_flags_constraints(swap_ab=True):
+            matmul_ogs(x, channel.w[0], None, precision_config=PrecisionConfig(weight_scale=channel.weight_scale[0]))
     with pytest.raises(ogsgen.UnsupportedError, match=r"under autograd .* without precision_config's scales"):
         matmul_ogs(x.float().requires_grad_(), w, None, precision_config=PrecisionConfig(weight_scale=scales))
 

@@ -8,7 +8,8 @@ tile's largest difference from the heuristic's output (relative to its largest m
 per thread) and ``replaced_by`` (an MX binary with ptxas's wgmma register hazard ran this instead: "wait", or a
 fallback tile; ogsgen.runtime.wgmma_hazards). Tiles run one after another, or with ``--in-turn`` in turns (three
 rounds of 40 ms, median), which spreads the clock drift. A tile's suffixes: "w" its waiting kernel (wait_mma), "p" the
-persistent TMA kernel, "s2" split K in two (else unsplit), "r128" at most 128 registers (maxnreg)."""
+persistent TMA kernel, "t" W^T X^T (swap_ab: fp8 block scales), "s2" split K in two (else unsplit), "r128" at
+most 128 registers (maxnreg)."""
 from __future__ import annotations
 
 import argparse
@@ -54,13 +55,14 @@ def sweep(weight_format, cases=None, tiles=None):
 
 
 def parse_tile(text):
-    """"16x128x128x8x3" -> its opt_flags_constraints; "w" adds wait_mma=True, "p" persistent=True, "s2" split_k=2
-    (else 1: split_k is no tile key, so the heuristic's split would stay), "r128" maxnreg=128 (in that order)."""
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)x(\d+)(w?)(p?)(?:s(\d+))?(?:r(\d+))?", text)
+    """"16x128x128x8x3" -> its opt_flags_constraints; "w" adds wait_mma=True, "p" persistent=True, "t" swap_ab
+    (else False, as split_k else 1: no tile keys, so the heuristic's would stay), "s2" split_k=2, "r128" maxnreg=128
+    (in that order)."""
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)x(\d+)(w?)(p?)(t?)(?:s(\d+))?(?:r(\d+))?", text)
     if match is None:
         raise SystemExit(f"--tiles: cannot read {text!r}; write BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG]")
-    *tile, waits, persistent, split_k, maxnreg = match.groups()
-    constraints = dict(zip(TILE_KEYS, map(int, tile)), split_k=int(split_k or 1))
+    *tile, waits, persistent, swap_ab, split_k, maxnreg = match.groups()
+    constraints = dict(zip(TILE_KEYS, map(int, tile)), split_k=int(split_k or 1), swap_ab=bool(swap_ab))
     if waits:
         constraints["wait_mma"] = True
     if persistent:
@@ -72,7 +74,7 @@ def parse_tile(text):
 
 def tile_name(tile):
     return ("x".join(str(tile[key]) for key in TILE_KEYS) + ("w" if tile.get("wait_mma") else "")
-            + ("p" if tile.get("persistent") else "")
+            + ("p" if tile.get("persistent") else "") + ("t" if tile.get("swap_ab") else "")
             + (f"s{tile['split_k']}" if tile.get("split_k", 1) != 1 else "")
             + (f"r{tile['maxnreg']}" if "maxnreg" in tile else ""))
 

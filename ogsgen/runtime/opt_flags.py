@@ -31,6 +31,9 @@ class OptFlags:
     # ptxas's register cap per thread (Triton's maxnreg), None for its own choice: fewer registers, more
     # resident warps per SM (65536 registers each)
     maxnreg: int | None = None
+    # fp8 block-scaled W (fp8e4m3_b128): each K step's product as W^T X^T, so that a decode tile's few rows are the
+    # wgmma's N and its columns the wgmma's 64 rows (a 16-row tile's X @ W is an mma.sync otherwise)
+    swap_ab: bool = False
     # MX weights: tiles (block_n, block_k, num_warps, num_stages, wait_mma), same block_m, tried in this order
     # when this tile's binary has the wgmma register hazard; the first whose binary is clean and fits runs, else
     # this tile's waiting kernel.
@@ -52,7 +55,7 @@ CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
 # binary (its waiting kernel only where that binary has the wgmma hazard), unless the constraints name them.
 _MEASURED_FOR_ITS_TILE = {"maxnreg": None, "wait_mma": False}
 _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
-_BOOLEAN_KEYS = ("persistent", "wait_mma")
+_BOOLEAN_KEYS = ("persistent", "wait_mma", "swap_ab")
 TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")  # a tile, as constraints name it
 _FALLBACK_TILE_KEYS = ("block_n", "block_k", "num_warps", "num_stages", "wait_mma")
 _constraints: contextvars.ContextVar[tuple] = contextvars.ContextVar("ogsgen_opt_flags_constraints", default=())
@@ -354,7 +357,7 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
         # fp8 block-scaled decode rows: 64-column tiles in 6 stages (twice the tiles, each streaming its W with
         # 48 KiB in flight), 1-9% faster than 16x128x128 in 4 stages on an H100 (Qwen3-30B-A3B and DeepSeek-V3
         # w1/w2 at T=1 and 8, 2026-12-07, docs/heuristics.md).
-        flags = replace(flags, block_n=64, num_stages=6, **_MEASURED_FOR_ITS_TILE)
+        flags = replace(flags, block_n=64, num_stages=6, swap_ab=True, **_MEASURED_FOR_ITS_TILE)
     if p.k_group and flags.block_m == 128 and flags.num_warps == 8 and p.k < 2048:
         # fp8 block-scaled 128-row tiles with fewer than 16 K steps: 64x128 on 4 warps, two blocks per SM, one's
         # promotion and epilogue under the other's wgmmas (Qwen3-30B-A3B w2, K = 768: 0.85-0.91x the time on an
@@ -408,6 +411,9 @@ def _check_applicable(flags: OptFlags, p: TileProblem, operands: tuple) -> None:
     if flags.wait_mma and p.w_mx_layout is None and not p.x_mx:
         raise InapplicableConstraintError("wait_mma=True applies to mx weights or activations (upcast in registers) "
                                           "only; drop it")
+    if flags.swap_ab and not p.k_group:
+        raise InapplicableConstraintError("swap_ab=True applies to fp8 weights with 128 x 128 block scales "
+                                          "(fp8e4m3_b128) only; drop it")
     if flags.persistent and flags.split_k > 1:
         raise InapplicableConstraintError("the persistent kernel does not split K; use split_k=1 with persistent=True")
     if flags.split_k > 1 and not p.can_split:
