@@ -475,7 +475,8 @@ def measure_case(case: str, items, ceilings: Ceilings, fp8: bool = False, l2: st
         else:
             tflops, tbps = flops / (ms * 1e-3) / 1e12, bytes_moved / (ms * 1e-3) / 1e12
             try:
-                ceilings.check(f"{case} {row['impl']}", tflops, tbps, fp8=fp8)
+                # (cuBLAS's dense row is the ceiling's own kind of rate: at a case's shape it may pass the 8192^3 one)
+                ceilings.check(f"{case} {row['impl']}", None if "cuBLAS" in row["impl"] else tflops, tbps, fp8=fp8)
                 row.update(graph_us=ms * 1e3, tflops=tflops, tbps=tbps)
             except ImpossibleRate as exc:
                 row.update(eager_us="", error=f"ImpossibleRate: {exc}")

@@ -6,12 +6,10 @@ error in the row instead of the rate and exit with status 1 after writing their 
 - TF/s: the faster of two dense cuBLAS matmuls (8192^3 and 16384x8192x8192) timed at the start of the run (their
   best time), bf16 (torch.matmul) and, for fp8 products, e4m3 (torch._scaled_mm), plus SPREAD for the spread of
   timings (ogsgen's dense kernel and cuBLAS's are within 2% of each other on the H200; a grouped or MoE product
-  does not beat a large dense one).
+  does not beat a large dense one; cuBLAS's own dense rows are held to the TB/s ceiling only).
 - TB/s: the memory's peak, from the GPU's memory clock and bus width (two transfers per clock): 4.8 TB/s on an
   H200. Byte counts count each byte once, so no effective rate can pass it.
 """
-from __future__ import annotations
-
 import sys
 from dataclasses import dataclass
 
