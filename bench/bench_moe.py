@@ -4,7 +4,8 @@
     python bench/bench_moe.py --table-from bench/results/DATE    # table.md again from results.csv (no GPU)
 
 `python bench/fetch_peers.py third_party` places the peers (triton_kernels; vLLM's fused_moe kernel in
-third_party/vllm, launched by bench/vllm_peer_launch.py); one that is not importable is left out, with a message.
+third_party/vllm, launched by bench/vllm_peer_launch.py; DeepGEMM's wheels, loaded by bench/deepgemm_peer.py); one
+that is not importable is left out, with a message.
 Shapes: MOE_SHAPES, T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880. Weights bf16 (bf16-kmajor:
 K-contiguous), mxfp4 (the layout prepare_expert_weights picks, hopper on an H200, N-contiguous scales; mxfp4-strided,
 mxfp4-kscales for probes; mxfp4-e4m3x: x in e4m3 per row, quantized before the timed call, no triton_kernels),
@@ -12,7 +13,9 @@ fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x quantize
 and ceiling; b128's w1 also writes its rows as e4m3 for w2, fused or by a quantize_fp8 pass). Peers, in the same
 process: triton_kernels' matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe Triton kernel (bf16, and fp8 w8a8
 with 128 x 128 blocks on x quantized beforehand; vLLM's default config, the expert alignment precomputed; w2 weights
-each row by its gate, then a sum over the top-k), torch._grouped_mm (bf16) and torch.matmul (dense).
+each row by its gate, then a sum over the top-k), DeepGEMM's grouped fp8 GEMMs (fp8e4m3_b128: contiguous, and
+masked at T <= 256, on x quantized and laid out per expert beforehand), torch._grouped_mm (bf16) and torch.matmul
+(dense).
 
 Timing: do_bench (eager, L2 emptied before each call) and CUDA-graph medians, a case's implementations in turns;
 graph calls run with L2 emptied before each (--l2 cold, the default from 2026-12-07: a layer's weights come from
@@ -48,7 +51,9 @@ import ogsgen
 from ogsgen.numerics import FP8_BLOCK, dequantize_fp8_torch, dequantize_mx_torch, quantize_fp8_torch
 from ogsgen.runtime import wgmma_hazards  # its _REPLACED: what the wgmma hazard check replaced
 
+import deepgemm_peer
 from ceilings import Ceilings, ImpossibleRate, exit_if_impossible, measure as measure_ceilings
+from fetch_peers import DEEP_GEMM_DIR
 
 MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
     "gpt-oss w1": (128, 4, 2880, 5760, "gather"),
@@ -143,6 +148,16 @@ def vllm_or_none():
             raise ImportError("no vllm_fused_moe_kernel: python bench/fetch_peers.py third_party places it")
         return sys.modules["vllm_peer_launch"]
     return _peer_or_none("vLLM's fused_moe kernel", load)
+
+
+def deep_gemm_or_none():
+    def load():
+        folders = [Path(p) / DEEP_GEMM_DIR for p in sys.path if (Path(p) / DEEP_GEMM_DIR).is_dir()]
+        if not folders:
+            raise ImportError(f"no {DEEP_GEMM_DIR} in PYTHONPATH's folders: python bench/fetch_peers.py third_party "
+                              f"places it")
+        return deepgemm_peer.load(folders[0])
+    return _peer_or_none("DeepGEMM", load)
 
 
 def vllm_fused_moe(vllm, x, w, logits, top_k, mode, fp8=None):
@@ -240,11 +255,12 @@ def moe_reference(x, expert_w, n, routing_data, gather_indx=None, scatter_indx=N
     return y
 
 
-def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=None):
+def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=None, deep_gemm=None):
     """(implementation, call, flops, bytes moved) of one MoE case, then its references; ``logits``: the router's
     (tokens, experts) logits, the case's own (``case_logits``) unless given (a probe's chosen routing); ``lib``: the
     ogsgen package whose calls are timed (a probe imports an earlier tree's under another name); ``vllm``: the
-    vLLM peer's launcher module (vllm_or_none), timed on the bf16 formats."""
+    vLLM peer's launcher module (vllm_or_none), timed on the bf16 formats and fp8e4m3_b128; ``deep_gemm``:
+    DeepGEMM's module (deep_gemm_or_none), timed on fp8e4m3_b128."""
     n_expts, top_k, k, n, mode = MOE_SHAPES[name]
     device = "cuda"
     drawn = case_logits(name, tokens)  # drawn either way: x and w stay the case's own
@@ -320,13 +336,27 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         yield "triton_kernels", run_triton_kernels, flops, bytes_moved
         # Its own reference: its routing's row order, and for mxfp4 its own quantization of the same weights.
         yield "reference triton_kernels", lambda: moe_reference(x_ref, t_expert_w, n, t_rd, **t_indices), None, None
+    # The peers' fp8 GEMMs alone, on x quantized per row and 128 columns (and laid out) before the timed call
+    x8, x8_scale = lib.numerics.quantize_fp8(x, (1, FP8_BLOCK)) if weight_format == "fp8e4m3_b128" else (x, None)
     if (weight_format.startswith("bf16") or weight_format == "fp8e4m3_b128") and vllm is not None:
-        # fp8: its GEMM alone, on x quantized per row and 128 columns before the timed call
-        x8, x8_scale = lib.numerics.quantize_fp8(x, (1, FP8_BLOCK)) if weight_format == "fp8e4m3_b128" else (x, None)
         fp8 = None if x8_scale is None else (x8_scale, prepared.weight_scale, x_ref, expert_w)
         run_vllm, vllm_reference = vllm_fused_moe(vllm, x8, w, logits, top_k, mode, fp8)
         yield "vLLM fused_moe", run_vllm, flops, bytes_moved
         yield "reference vLLM fused_moe", vllm_reference, None, None
+    if weight_format == "fp8e4m3_b128" and deep_gemm is not None:  # masked: its decode layout
+        topk_ids = torch.topk(logits, top_k, dim=1).indices
+        for impl, layout in (("DeepGEMM contiguous", deepgemm_peer.contiguous),
+                             ("DeepGEMM masked", deepgemm_peer.masked))[:2 if tokens <= 256 else 1]:
+            try:
+                run, reference = layout(deep_gemm, x8, x8_scale, w, prepared.weight_scale, topk_ids, mode == "gather",
+                                        lambda src, experts: expert_products(x_ref, src, experts, expert_w, n))
+            except Exception as exc:  # recorded as this peer's error row
+                def run(exc=exc):
+                    raise exc
+                reference = None
+            yield impl, run, flops, bytes_moved
+            if reference is not None:
+                yield f"reference {impl}", reference, None, None
     if weight_format.startswith("bf16"):
         if hasattr(torch, "_grouped_mm"):
             x_sorted = (x[gi.src_indx.long() // top_k] if mode == "gather" else x).contiguous()
@@ -376,7 +406,7 @@ def host_overhead_us(fn, calls=200):
 
 
 PEERS = (("triton_kernels", "triton_kernels"), ("vLLM fused_moe", "vllm"), ("torch._grouped_mm", "torch"),
-         ("torch.matmul", "torch"))
+         ("torch.matmul", "torch"), ("DeepGEMM contiguous", "deepgemm"), ("DeepGEMM masked", "deepgemm masked"))
 ERROR_LIMIT = 1e-2  # relative rms error; bf16 rounding gives ~4e-3, a corrupted result ~1e-1
 # e4m3 outputs against the reference quantized alike: a step of e4m3 (6-12%) where a rounding before the
 # quantization crosses one of its boundaries (a bf16 output quantized afterwards: ~1.2e-2; in-kernel from float32:
@@ -412,9 +442,10 @@ def markdown_table(rows) -> str:
     triton_kernels / ogsgen over the MoE cases."""
     graph = {(r["case"], r["impl"]): float(r["graph_us"]) for r in rows if r["graph_us"] not in ("", None)}
     ours = {r["case"]: r for r in rows if r["impl"] == "ogsgen" and (r["case"], "ogsgen") in graph}
+    columns = ("triton_kernels", "vllm", "torch", "deepgemm")
     lines = ["| case | ogsgen graph µs | TF/s | TB/s | triton_kernels µs | tk / ogsgen | vLLM fused_moe µs "
-             "| vLLM / ogsgen | torch µs | torch / ogsgen | dense cuBLAS TF/s | ogsgen / dense |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| vLLM / ogsgen | torch µs | torch / ogsgen | DeepGEMM µs | DeepGEMM / ogsgen | dense cuBLAS TF/s "
+             "| ogsgen / dense |", "|---" * 14 + "|"]
     ratios = {}  # (peer column, weight format): peer / ogsgen over the MoE cases
     for case, row in ours.items():
         t = graph[(case, "ogsgen")]
@@ -427,7 +458,7 @@ def markdown_table(rows) -> str:
         dense = graph.get((case, "dense cuBLAS"))  # same flops: the TF/s ratio is the time ratio
         dense_cells = (f"{float(row['tflops']) * t / dense:.1f} | {dense / t:.2f}" if dense else "n/a | n/a")
         lines.append(f"| {case} | {t:.1f} | {float(row['tflops']):.1f} | {float(row['tbps']):.2f} | "
-                     + " | ".join(cells.get(column, "n/a | n/a") for column in ("triton_kernels", "vllm", "torch"))
+                     + " | ".join(cells.get(column, "n/a | n/a") for column in columns)
                      + f" | {dense_cells} |")
     lines.append("")
     checked = [r for r in rows if r.get("rms_err") not in (None, "", "n/a")]
@@ -522,16 +553,17 @@ def main():
         parser.error("--out DIR is required (or --table-from DIR)")
     args.out.mkdir(parents=True, exist_ok=True)
     tk, vllm = triton_kernels_or_none(), vllm_or_none()
+    deep_gemm = deep_gemm_or_none() if any(f == "fp8e4m3_b128" for f in args.formats) else None
     ceilings = measure_ceilings()
-    write_env(args.out, triton_kernels=tk is not None, vllm_fused_moe=vllm is not None, ceilings=ceilings.as_dict(),
-              l2=args.l2)
+    write_env(args.out, triton_kernels=tk is not None, vllm_fused_moe=vllm is not None,
+              deep_gemm=getattr(deep_gemm, "__version__", None), ceilings=ceilings.as_dict(), l2=args.l2)
     rows = []
 
     for name in args.shapes:
         for weight_format in args.formats:
             for tokens in args.tokens:
-                rows += measure_case(f"{name} {weight_format} T={tokens}", moe_cases(name, tokens, weight_format, tk,
-                                                                                          vllm=vllm), ceilings,
+                items = moe_cases(name, tokens, weight_format, tk, vllm=vllm, deep_gemm=deep_gemm)
+                rows += measure_case(f"{name} {weight_format} T={tokens}", items, ceilings,
                                      fp8=weight_format in FP8_DOTS, l2=args.l2)
                 write_csv(rows, args.out / "results.csv")  # what is measured so far survives a later failure
                 torch.cuda.empty_cache()

@@ -4,7 +4,8 @@ measurement only, from one wheel, vLLM 0.33.0's (about 340 MB, downloaded with p
 * triton_kernels' matmul_ogs generation, as vLLM vendors it (vllm/third_party/triton_kernels) -> DIR/triton_kernels;
 * vLLM's bf16 fused_moe Triton kernel (fused_moe_kernel and its helper write_zeros_to_output, from
   vllm/model_executor/layers/fused_moe/fused_moe.py, with plain triton imports) -> DIR/vllm/vllm_fused_moe_kernel.py,
-  which bench/vllm_peer_launch.py launches.
+  which bench/vllm_peer_launch.py launches;
+* DeepGEMM's wheels for the GPU machine's Python 3.12 -> DIR/deep_gemm_wheels, which bench/deepgemm_peer.py loads.
 
     python bench/fetch_peers.py third_party
     PYTHONPATH=.:third_party:third_party/vllm python bench/bench_moe.py --out bench/results/$(date +%F)
@@ -18,6 +19,8 @@ import zipfile
 from pathlib import Path
 
 WHEEL = "vllm==0.33.0"
+# the newest DeepGEMM that loads under torch 2.11 (0.2.x is built against torch 2.13's ABI), and its tvm-ffi
+DEEP_GEMM_WHEELS, DEEP_GEMM_DIR = ("sgl-deep-gemm==0.1.0", "apache-tvm-ffi==0.1.9"), "deep_gemm_wheels"
 VENDORED = "vllm/third_party/"
 FUSED_MOE = "vllm/model_executor/layers/fused_moe/fused_moe.py"
 KERNEL_FUNCTIONS = ("write_zeros_to_output", "fused_moe_kernel")
@@ -62,7 +65,15 @@ def fetch(dest: Path) -> list[Path]:
             _place(wheel, dest)
     if not peers[0].is_file():
         raise SystemExit(f"{WHEEL} holds no {VENDORED}triton_kernels/matmul_ogs.py")
-    return peers
+    wheels = dest / DEEP_GEMM_DIR
+    wheels.mkdir(parents=True, exist_ok=True)
+    if len(list(wheels.glob("*.whl"))) < len(DEEP_GEMM_WHEELS):  # binary wheels of the GPU machine's Python and CPU
+        platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_24_x86_64",
+                                                 "manylinux2014_x86_64")]
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                        "--python-version=3.12", "--implementation=cp", *platforms, *DEEP_GEMM_WHEELS,
+                        "--dest", str(wheels)], check=True)
+    return peers + sorted(wheels.glob("*.whl"))
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """The benchmark's results table (bench/bench_moe.py), from rows as results.csv holds them, and the peers it measures
 (bench/fetch_peers.py)."""
+import shutil
 import sys
 import zipfile
 from pathlib import Path
@@ -317,20 +318,33 @@ def fused_moe_kernel(a_ptr, n):
 '''
 
 
-def test_fetch_peers_places_triton_kernels_and_vllms_fused_moe_kernel_from_one_wheel(tmp_path, monkeypatch,
-                                                                                    serve_wheel):
-    # What the bench measures against comes from vLLM's wheel into the ignored folder, nothing from outside the
-    # repository: the vendored triton_kernels, and vLLM's fused_moe kernel, which bench/vllm_peer_launch.py launches.
+def test_fetch_peers_places_vllms_kernels_from_its_wheel_and_deepgemms_wheels(tmp_path, monkeypatch):
+    # What the bench measures against comes into the ignored folder, nothing from outside the repository: from
+    # vLLM's wheel the vendored triton_kernels and vLLM's fused_moe kernel, which bench/vllm_peer_launch.py
+    # launches; DeepGEMM's wheels for the GPU machine's Python, which bench/deepgemm_peer.py unpacks there.
     import fetch_peers
     wheel = tmp_path / "vllm-0.33.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("vllm/third_party/triton_kernels/matmul_ogs.py", "MATMUL = 1\n")
         archive.writestr("vllm/third_party/triton_kernels/tensor_details/layout.py", "LAYOUT = 1\n")
         archive.writestr("vllm/model_executor/layers/fused_moe/fused_moe.py", FUSED_MOE_SOURCE)
-    downloads = serve_wheel(fetch_peers, wheel)
+    downloads = []
+
+    def pip_download(command, check):
+        downloads.append(command)
+        folder = Path(command[command.index("--dest") + 1])
+        if "sgl-deep-gemm==0.1.0" in command:
+            assert "--python-version=3.12" in command and "apache-tvm-ffi==0.1.9" in command
+            for name in ("sgl_deep_gemm-0.1.0-py3-none-any.whl", "apache_tvm_ffi-0.1.9-cp312-abi3-any.whl"):
+                (folder / name).write_bytes(b"")
+        else:
+            shutil.copy(wheel, folder)
+    monkeypatch.setattr(fetch_peers.subprocess, "run", pip_download)
     dest = tmp_path / "third_party"
+    wheels = dest / "deep_gemm_wheels"
     assert fetch_peers.fetch(dest) == [dest / "triton_kernels" / "matmul_ogs.py", dest / "vllm" /
-                                       "vllm_fused_moe_kernel.py"]
+                                       "vllm_fused_moe_kernel.py", wheels / "apache_tvm_ffi-0.1.9-cp312-abi3-any.whl",
+                                       wheels / "sgl_deep_gemm-0.1.0-py3-none-any.whl"]
     assert (dest / "triton_kernels" / "tensor_details" / "layout.py").read_text() == "LAYOUT = 1\n"
     kernel = (dest / "vllm" / "vllm_fused_moe_kernel.py").read_text()
     assert kernel.startswith(fetch_peers.HEADER) and "helper_the_bench_does_not_take" not in kernel
@@ -339,4 +353,70 @@ def test_fetch_peers_places_triton_kernels_and_vllms_fused_moe_kernel_from_one_w
     monkeypatch.delitem(sys.modules, "vllm_peer_launch", raising=False)  # imported earlier without the kernel placed
     import vllm_peer_launch
     assert vllm_peer_launch.fused_moe_kernel.fn.__name__ == "fused_moe_kernel"
-    assert fetch_peers.fetch(dest) and len(downloads) == 1  # placed: not downloaded again
+    assert fetch_peers.fetch(dest) and len(downloads) == 2  # placed: not downloaded again
+
+
+class _DeepGEMMContract:
+    """DeepGEMM 0.1.0's grouped fp8 GEMMs on the CPU, from its documented contract (layouts, scales, row groups),
+    not its kernels: what the bench lays out for it must mean the products its reference computes."""
+
+    @staticmethod
+    def get_mk_alignment_for_contiguous_layout():
+        return 128
+
+    @staticmethod
+    def get_mn_major_tma_aligned_tensor(scales):  # MN-major: each K block's scales of all rows contiguous
+        return scales.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+    @staticmethod
+    def _check(a_scales, b, b_scales):
+        """x's scales MN-major, B (E, N, K) K-contiguous with (E, N / 128, K / 128) scales."""
+        assert a_scales.stride(-2) == 1 and b.stride(-1) == 1
+        assert b_scales.shape == (b.shape[0], b.shape[1] // 128, b.shape[2] // 128)
+
+    @staticmethod
+    def _products(a, a_scales, b, b_scales):
+        """Rows a (R, K) e4m3 times expert b (N, K) e4m3, both dequantized by their 128-wide scale blocks."""
+        x = a.float() * a_scales.repeat_interleave(128, -1)
+        w = b.float() * b_scales.repeat_interleave(128, 0).repeat_interleave(128, 1)
+        return x @ w.T
+
+    def m_grouped_fp8_gemm_nt_contiguous(self, a, b, d, m_indices):
+        (rows, rows_scales), (w, w_scales) = a, b
+        self._check(rows_scales, w, w_scales)
+        assert rows.shape[0] % 128 == 0 and m_indices.dtype == torch.int32
+        for block in range(0, rows.shape[0], 128):  # one expert's rows per 128-row block, then padding (-1)
+            picked = (m_indices[block:block + 128] >= 0).nonzero().squeeze(1) + block
+            expert = int(m_indices[block])
+            assert (m_indices[picked] == expert).all() and (picked == torch.arange(len(picked)) + block).all()
+            if len(picked):
+                d[picked] = self._products(rows[picked], rows_scales[picked], w[expert], w_scales[expert]).to(d.dtype)
+
+    def m_grouped_fp8_gemm_nt_masked(self, a, b, d, masked_m, expected_m):
+        (rows, rows_scales), (w, w_scales) = a, b
+        self._check(rows_scales, w, w_scales)
+        assert masked_m.dtype == torch.int32 and expected_m >= 1
+        for expert, count in enumerate(masked_m.tolist()):
+            d[expert, :count] = self._products(rows[expert, :count], rows_scales[expert, :count], w[expert],
+                                               w_scales[expert]).to(d.dtype)
+
+
+@pytest.mark.parametrize("gather", [True, False], ids=["w1-gather", "w2-scatter"])
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_deepgemm_inputs_mean_the_products_of_its_reference(layout, gather):
+    import deepgemm_peer
+    import ogsgen
+    from bench_moe import expert_products
+    from ogsgen.numerics import dequantize_fp8_torch, quantize_fp8_torch
+    tokens, experts, top_k, k, n = 9, 4, 2, 256, 384
+    topk_ids = torch.topk(torch.randn(tokens, experts, generator=torch.Generator().manual_seed(3)), top_k).indices
+    x = torch.randn(tokens if gather else tokens * top_k, k)
+    x8, x_scale = quantize_fp8_torch(x, (1, 128))
+    prepared = ogsgen.prepare_expert_weights(torch.randn(experts, n, k) / k ** 0.5, format="fp8e4m3_b128")
+    x_ref, w_ref = dequantize_fp8_torch(x8, x_scale, (1, 128)), prepared.dequantize()
+    run, reference = getattr(deepgemm_peer, layout)(
+        _DeepGEMMContract(), x8, x_scale, prepared.w, prepared.weight_scale, topk_ids, gather,
+        lambda src, rows_experts: expert_products(x_ref, src, rows_experts, w_ref.__getitem__, n))
+    out, want = run().float(), reference()
+    assert out.shape == want.shape and (want != 0).sum() == tokens * top_k * n  # every gate's row, once
+    assert relative_errors(out, want)[0] < 4e-3  # bf16 rounding
