@@ -11,6 +11,7 @@ Both read ogsgen's prepared weights as they are: w.mT is DeepGEMM's B (E, N, K),
 K / 128) scales. Each output is checked against a float32 reference in DeepGEMM's own row order."""
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import zipfile
@@ -34,8 +35,20 @@ def load(wheels: Path):
     sys.path.insert(0, str(site))
     os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
     os.environ.setdefault("DG_JIT_CACHE_DIR", str(wheels / "jit_cache"))
+    _load_globally("libnvrtc.so.13")  # its extension needs it, and torch does not load it
     import deep_gemm
     return deep_gemm
+
+
+def _load_globally(soname):
+    """dlopen ``soname`` for the libraries loaded after it: by name, else from pip's nvidia packages or CUDA_HOME."""
+    folders = [*Path(torch.__file__).parents[1].glob("nvidia/*/lib"), Path(os.environ["CUDA_HOME"]) / "lib64"]
+    for path in [soname, *(str(p) for folder in folders for p in sorted(folder.glob(soname + "*")))]:
+        try:
+            return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+    raise ImportError(f"{soname} not found by name, in pip's nvidia packages or in CUDA_HOME/lib64")
 
 
 def _gates(topk_ids, gather):
