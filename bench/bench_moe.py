@@ -8,7 +8,8 @@ third_party/vllm, launched by bench/vllm_peer_launch.py; DeepGEMM's wheels, load
 that is not importable is left out, with a message.
 Shapes: MOE_SHAPES, T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880. Weights bf16 (bf16-kmajor:
 K-contiguous), mxfp4 (the layout prepare_expert_weights picks, hopper on an H200, N-contiguous scales; mxfp4-strided,
-mxfp4-kscales for probes; mxfp4-e4m3x: x in e4m3 per row, quantized before the timed call, no triton_kernels),
+mxfp4-kscales for probes; mxfp4-e4m3x: x in e4m3 per row, mxfp4-mxfp8x: x in mxfp8 (e4m3, e8m0 scales per 32 of
+K), each quantized before the timed call, no triton_kernels),
 fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x quantized by the call, fp8 cuBLAS as yardstick
 and ceiling; b128's w1 also writes its rows as e4m3 for w2, fused or by a quantize_fp8 pass). Peers, in the same
 process: triton_kernels' matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe Triton kernel (bf16, and fp8 w8a8
@@ -282,6 +283,8 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         if weight_format == "mxfp4-e4m3x":  # fp8 tensor cores: x in e4m3 with a scale per row (docs/formats.md)
             x, x_scale = lib.numerics.quantize_fp8(x, (1, 0))
             pc.act_scale = x_scale
+        elif weight_format == "mxfp4-mxfp8x":  # the seed's MX activations, upcast to bf16 in registers
+            x, pc.act_scale = lib.numerics.quantize_mx(x, "e4m3")
         w_bytes = active * k * n // 2
         expert_w = lambda e: dequantize_mx_torch(values[e], scales[e], "e2m1").mT  # noqa: E731  (exact in float32)
     elif weight_format in FP8_FORMATS:
@@ -297,12 +300,13 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         expert_w = dense_w.__getitem__
     else:
         raise ValueError(f"unknown weight format {weight_format!r}: bf16, bf16-kmajor, mxfp4, mxfp4-kscales, "
-                         f"mxfp4-strided, mxfp4-e4m3x, {', '.join(FP8_FORMATS)}")
+                         f"mxfp4-strided, mxfp4-e4m3x, mxfp4-mxfp8x, {', '.join(FP8_FORMATS)}")
     bytes_moved = x.numel() * x.element_size() + w_bytes + (rows if mode == "gather" else tokens) * n * 2
     flops = 2 * rows * k * n
     # fp8 formats: the reference takes x as the call quantizes it (the contract: docs/formats.md)
     x_ref = fp8_as_computed(x, weight_format) if weight_format in FP8_FORMATS else x
     x_ref = x.float() * pc.act_scale if weight_format == "mxfp4-e4m3x" else x_ref
+    x_ref = dequantize_mx_torch(x, pc.act_scale, "e4m3") if weight_format == "mxfp4-mxfp8x" else x_ref
     yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
     if weight_format == "fp8e4m3_b128" and mode == "gather":  # w1's rows as w2's e4m3 input, fused or by a pass
         fused = replace(pc, out_scale=torch.empty(rows, n // FP8_BLOCK, device=device))
@@ -313,7 +317,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
             yield impl, run, flops, bytes_moved  # (e4m3 values checked: their scales, amax / 448, are the reference's)
             yield f"reference {impl}", lambda: quantize_fp8_torch(moe_reference(x_ref, expert_w, n, rd, **kwargs),
                                                                   (1, FP8_BLOCK))[0], None, None
-    if tk is not None and weight_format not in FP8_DOTS:  # (no such format there)
+    if tk is not None and weight_format not in (*FP8_DOTS, "mxfp4-mxfp8x"):  # (no such format there)
         tk_matmul, tk_routing = tk
         t_rd, t_gi, t_si = tk_routing.routing(logits, top_k)
         t_kwargs = (dict(gather_indx=t_gi) if mode == "gather"

@@ -1,6 +1,6 @@
 """matmul_ogs with e4m3 activations and mxfp4 weights: x scaled per tensor (``flex_ctx.lhs_data.scale``) or per row
 (a float32 ``precision_config.act_scale`` of (M, 1) or (1,)), w packed e2m1 with e8m0 scales per 32 values of K, in
-both value layouts. The contract, checked against float64: the products of the dequantized operands (x's values
+every value layout. The contract, checked against float64: the products of the dequantized operands (x's values
 times x's scale, w's values times 2 ** (code - 127)), exact, summed in fp32; a NaN scale makes its column NaN."""
 import pytest
 import torch
@@ -33,7 +33,7 @@ def mxfp4_w(k, n, device, lead=(), spread=6, layout="strided"):
     dense = dense * torch.exp2(torch.randint(-spread, spread + 1, (*lead, n, -(-k // 32)), device=device).float()
                                - 3).repeat_interleave(32, -1)[..., :k]
     values, scales = quantize_mx(dense, "e2m1")
-    w = swizzle_mx_values(values.mT) if layout == "hopper" else values.mT
+    w = in_layout(values.mT, layout)
     return w, scales.mT, dequantized_w(values, scales)
 
 
@@ -49,8 +49,12 @@ def e4m3_x(shape, device, scaling):
     return values, {"flex_ctx": FlexCtx(lhs_data=InFlexData(scale=scale))}, values.double() * scale.double()
 
 
+def in_layout(values, layout):
+    return values if layout == "strided" else swizzle_mx_values(values, layout)
+
+
 def k_tile(layout, block_k=None):
-    return {"block_k": block_k or (64 if layout == "hopper" else 32)}
+    return {"block_k": block_k or (32 if layout == "strided" else 64)}
 
 
 def run(x, w, bias, fields, scales, **kwargs):
@@ -58,7 +62,7 @@ def run(x, w, bias, fields, scales, **kwargs):
                                                                    **fields), **kwargs)
 
 
-@pytest.mark.parametrize("layout", ["strided", "hopper"])
+@pytest.mark.parametrize("layout", ["strided", "hopper", "hopper_fp8"])
 @pytest.mark.parametrize("scaling", ["row", "tensor"])
 @pytest.mark.parametrize("k,block_k,spread", [(256, 128, 6), pytest.param(256, 64, 40, marks=pytest.mark.slow),
                                                pytest.param(192, 64, 6, marks=pytest.mark.slow),
@@ -66,8 +70,8 @@ def run(x, w, bias, fields, scales, **kwargs):
 def test_dense(layout, scaling, k, block_k, spread, device):
     """Scales within the fold window of each K step (spread 6) and past it (spread 20, 40: steps taken block by
     block), whole and partial K steps, a partial last block (K = 200)."""
-    if layout == "hopper" and block_k % 64:
-        pytest.skip("hopper-layout values come in groups of 64 rows of K")
+    if layout != "strided" and block_k % 64:
+        pytest.skip("swizzled values come in groups of 64 rows of K")
     m, n = 37, 48
     x, fields, x_ref = e4m3_x((m, k), device, scaling)
     w, scales, w_ref = mxfp4_w(k, n, device, spread=spread, layout=layout)
@@ -95,7 +99,7 @@ def test_batched_with_a_scale_per_tensor(device):
 EDGE_STEPS = ((120, 106), (120, 105), (0, 1), (126, 127), (254, 240), (255, 250), (3, 255))
 
 
-@pytest.mark.parametrize("layout", [pytest.param("strided", marks=pytest.mark.slow), "hopper"])
+@pytest.mark.parametrize("layout", [pytest.param("strided", marks=pytest.mark.slow), "hopper", "hopper_fp8"])
 def test_edge_scale_codes(layout, device):
     """w is block-diagonal (output columns 8b .. 8b + 7 read only K block b), so that each output is one block's
     sum: a block read with a wrong scale, a value rounded to e4m3 (past the window), or a NaN lost shows. Rows have
@@ -116,7 +120,7 @@ def test_edge_scale_codes(layout, device):
     x = (torch.randn(m, k, device=device) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
     x_scale = torch.tensor([2.0 ** -20, 2.0 ** -7, 1.0, 2.0 ** 7, 2.0 ** 20], device=device)[:, None]
     x_ref = x.double() * x_scale.double()
-    w = swizzle_mx_values(values.mT) if layout == "hopper" else values.mT
+    w = in_layout(values.mT, layout)
     with ogsgen.opt_flags_constraints(block_m=16, block_n=16, block_k=64):
         y = run(x, w, None, {"act_scale": x_scale}, scales.mT)
     want = (x_ref @ w_ref).float().double()  # float64's products, in fp32's range (inf past it)
@@ -127,7 +131,7 @@ def test_edge_scale_codes(layout, device):
     assert_fp32_sums(want, fp32_bound(x_ref, w_ref), y)
 
 
-@pytest.mark.parametrize("layout", ["strided", "hopper"])
+@pytest.mark.parametrize("layout", ["strided", "hopper", "hopper_fp8"])
 @pytest.mark.parametrize("codes", [(120, 106), (120, 105), (106, 120), (255, 241)])
 def test_the_fold_window(layout, codes, device):
     """Each column's two K blocks have the codes ``codes``: 14 apart, the tile folds into e4m3 values (the lower
@@ -146,7 +150,7 @@ def test_the_fold_window(layout, codes, device):
     x = (torch.randn(m, k, device=device) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
     x_scale = torch.exp2(torch.arange(m, device=device).float() - 3)[:, None]
     x_ref = x.double() * x_scale.double()
-    w = swizzle_mx_values(values.mT) if layout == "hopper" else values.mT
+    w = in_layout(values.mT, layout)
     with ogsgen.opt_flags_constraints(block_m=16, block_n=32, block_k=64):
         y = run(x, w, None, {"act_scale": x_scale}, scales.mT)
     want = (x_ref @ w_ref).float().double()
@@ -154,7 +158,7 @@ def test_the_fold_window(layout, codes, device):
     assert_fp32_sums(want, fp32_bound(x_ref, w_ref), y)
 
 
-@pytest.mark.parametrize("layout", ["hopper", pytest.param("strided", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("layout", ["hopper", "hopper_fp8", pytest.param("strided", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("top_k,split_k", [pytest.param(1, 1, marks=pytest.mark.slow), (2, 1),
                                            pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_moe_gather_then_scatter(layout, top_k, split_k, device):

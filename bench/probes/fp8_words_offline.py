@@ -1,6 +1,6 @@
 """Probe, no GPU needed: e4m3 x with mxfp4 w through byte permutes straight into the fp8 wgmma's operand registers.
 
-    PYTHONPATH=. python bench/probes/fp8_words_offline.py [--tiles 128x64x4x3 ...]
+    PYTHONPATH=. python bench/probes/fp8_words_offline.py [--tiles 128x64x4x3 ...] [--time 8192x5760x2880 ...]
 
 The design of bench/NOTES.md 5.3, not built into the kernels: words that hold a thread's fp8 fragment values nibble
 after nibble (row r at K 4t..4t+3 in the low half, row r + 8 in the high half; per 16-row slab and 64-deep group,
@@ -73,10 +73,15 @@ def check_conversion() -> int:
 
 
 @triton.jit
-def words_dot(W, T, X, Y, K, BN: tl.constexpr, BM: tl.constexpr):
-    """Y (BN, BM) = W^T X^T over K, W^T from words (one table per row here: the probe counts the K loop's
-    conversion, not the scales' loads)."""
+def words_dot(W, T, X, Y, M, K, BN: tl.constexpr, BM: tl.constexpr):
+    """Y (N, M) = W^T X^T over K, a (BN, BM) tile per program, W^T from words (one table per row here: the probe
+    counts the K loop's conversion, not the scales' loads)."""
     SLABS: tl.constexpr = BN // 16
+    pid_n, pid_m = tl.program_id(0), tl.program_id(1)
+    W += pid_n * SLABS * (K // 64 * 512)
+    T += pid_n * BN * 2
+    X += pid_m * BM * K
+    Y += pid_n * BN * M + pid_m * BM
     rows = tl.arange(0, SLABS)[:, None, None, None] * 16 + tl.arange(0, 8)[None, :, None, None]
     word = (tl.arange(0, 8)[None, :, None, None] * 4 + tl.arange(0, 4)[None, None, :, None]) * 16
     offs = tl.arange(0, SLABS)[:, None, None, None] * (K // 64 * 512) + word + tl.arange(0, 16)[None, None, None, :]
@@ -95,13 +100,13 @@ def words_dot(W, T, X, Y, K, BN: tl.constexpr, BM: tl.constexpr):
         w = tl.permute(tl.join(low, high), (0, 5, 1, 3, 2, 4))                           # (s, q, r, j, t, i)
         x = tl.load(X + offs_m[:, None] * K + k * 64 + offs_k[None, :])
         acc = tl.dot(tl.reshape(w, (BN, 64)), tl.trans(x), acc)
-    tl.store(Y + tl.arange(0, BN)[:, None] * BM + offs_m[None, :], acc)
+    tl.store(Y + tl.arange(0, BN)[:, None] * M + offs_m[None, :], acc)
 
 
 def compile_tile(bn: int, bm: int, warps: int, stages: int) -> str:
-    signature = {"W": "*u8", "T": "*i32", "X": "*fp8e4nv", "Y": "*fp32", "K": "i32", "BN": "constexpr",
+    signature = {"W": "*u8", "T": "*i32", "X": "*fp8e4nv", "Y": "*fp32", "M": "i32", "K": "i32", "BN": "constexpr",
                  "BM": "constexpr"}
-    aligned = {(i,): [["tt.divisibility", 16]] for i in range(5)}  # as a launch specializes them
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(6)}  # as a launch specializes them
     compiled = triton_compile(ASTSource(words_dot, signature, {"BN": bn, "BM": bm}, aligned),
                               target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
     sass = wgmma_hazards.sass_of(compiled.asm["cubin"])
@@ -113,13 +118,49 @@ def compile_tile(bn: int, bm: int, warps: int, stages: int) -> str:
             f"stores or shuffles: " + " ".join(f"{op} {n}" for op, n in mix.most_common()))
 
 
+def words_reference(words: torch.Tensor, d: torch.Tensor, k: int) -> torch.Tensor:
+    """W^T (N, K) in float32 of uint8 ``words`` (slabs of K // 64 groups of (r, t, j, byte)), row n times 2**d[n]."""
+    nibbles = torch.stack([(words >> 4 * h) & 15 for h in (0, 1)], -1).view(-1, k // 64, 8, 4, 4, 2, 2, 2)
+    # (s, g, r, t, j, half: q, byte in the half, nibble) -> (s, q, r, g, j, t, i)
+    codes = nibbles.permute(0, 5, 2, 1, 4, 3, 6, 7).reshape(d.numel(), k).long()
+    return decode_e2m1(codes) * torch.exp2(d.float())[:, None]
+
+
+def time_words(m: int, n: int, k: int, bn: int, bm: int, warps: int, stages: int) -> str:
+    """On a GPU: the words kernel at one tile (checked against words_reference) against ogsgen's dense mxfp4 matmul
+    of the same size with bf16 x and with e4m3 x (CUDA-graph medians)."""
+    import ogsgen
+    from triton.testing import do_bench_cudagraph
+    words = torch.randint(0, 256, (n // 16 * k // 64 * 512,), dtype=torch.uint8, device="cuda")
+    d = torch.randint(SMALLEST_D, 7, (n,), device="cuda")
+    tables = torch.tensor([table(int(v)) for v in d.tolist()]).to(torch.int32).cuda()
+    x, y = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn), torch.empty(n, m, device="cuda")
+    times = {"words": lambda: words_dot[(n // bn, m // bm)](words, tables, x, y, m, k, bn, bm, num_warps=warps,
+                                                             num_stages=stages)}
+    times["words"]()
+    err = ((y - words_reference(words, d, k) @ x.float().T).abs().max() / y.abs().max()).item()
+    values, scales = ogsgen.numerics.quantize_mx(torch.randn(n, k, device="cuda").bfloat16(), "e2m1")
+    w, x16 = ogsgen.swizzle_mx_values(values.mT), torch.randn(m, k, device="cuda").bfloat16()
+    x8, x_scale = ogsgen.numerics.quantize_fp8(x16, (1, 0))
+    for name, xs, act_scale in (("bf16 x", x16, None), ("e4m3 x", x8, x_scale)):
+        pc = ogsgen.PrecisionConfig(weight_scale=scales.mT.contiguous(), act_scale=act_scale)
+        times[name] = lambda xs=xs, pc=pc: ogsgen.matmul_ogs(xs, w, None, precision_config=pc)
+    return f"M={m} N={n} K={k} {bn}x{bm}x{warps}x{stages} (words' max error / max {err:.1e}): " + ", ".join(
+        f"{name} {(us := do_bench_cudagraph(run) * 1e3):.1f} us {2 * m * n * k / us / 1e6:.0f} TF/s"
+        for name, run in times.items())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiles", nargs="+", default=["128x64x4x3"], help="BNxBMxWARPSxSTAGES (W rows, x rows)")
+    parser.add_argument("--time", nargs="+", default=[], metavar="MxNxK", help="on a GPU, at these sizes")
     args = parser.parse_args()
-    print(f"conversion exact: {check_conversion()} half words x d in [{SMALLEST_D}, 6]")
+    if not args.time:
+        print(f"conversion exact: {check_conversion()} half words x d in [{SMALLEST_D}, 6]")
     for tile in args.tiles:
-        print(compile_tile(*map(int, tile.split("x"))), flush=True)
+        for size in args.time or [None]:
+            print(time_words(*map(int, size.split("x")), *map(int, tile.split("x"))) if size
+                  else compile_tile(*map(int, tile.split("x"))), flush=True)
 
 
 if __name__ == "__main__":

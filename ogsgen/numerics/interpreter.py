@@ -22,7 +22,8 @@ In every Triton release from 3.3 to 3.9 the interpreter emulates these operation
   converted with ``int()`` of a 1-element array, which numpy 2.4 refuses: it is converted from its one element
   (when ogsgen is imported, even with OGSGEN_INTERPRETER_FIXES=0: it changes no result);
 * inline PTX does not run at all: ogsgen's own PTX blocks run by their definitions, in numpy (the packed e2m1 ->
-  bf16 upcasts, bytes elementwise and hopper-layout words by their bit map; and the waiting kernels' marker, which
+  bf16 upcasts, bytes elementwise and hopper-layout words by their bit map; the hopper_fp8 words' e4m3
+  conversion by its tables; and the waiting kernels' marker, which
   only instructs ogsgen's compile, as nothing). Other inline assembly still raises NotImplementedError.
 
 Not corrected: libdevice (``extern_elementwise``) functions raise NotImplementedError, and bf16 arithmetic with a
@@ -50,7 +51,7 @@ from triton.runtime import interpreter
 from ..devices import interpreting
 from ..errors import warn_at_caller
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
-from .jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, REQUEST_WGMMA_WAITS
+from .jit import E2M1_BYTES_TO_BF16X2, E2M1_WORD_TO_BF16, REQUEST_WGMMA_WAITS, WORD_TO_E4M3
 from .layouts.hopper import WORD_BITS
 from .mx import decode_e2m1
 
@@ -123,6 +124,23 @@ def _e2m1_word_to_bf16(words, factors):
     return _AsmResults(outputs)
 
 
+def _word_to_e4m3(word_bytes, table_r, table_r_high, table_r8, table_r8_high):
+    """WORD_TO_E4M3 by definition, on the 4 bytes of each word along the last axis (4 packed per call, as the
+    kernels lay them out): nibble i of the word's low (high) 16 bits is e4m3 byte i of row r (r + 8): its row's table
+    byte for its magnitude bits (bytes 0-3 the first table register, 4-7 the second; each call reads its first
+    element's tables), with its sign bit."""
+    data = word_bytes.data.astype(np.int64)
+    outputs = []
+    for half, tables in ((0, (table_r, table_r_high)), (1, (table_r8, table_r8_high))):
+        codes = np.stack([(data[..., 2 * half + i // 2] >> 4 * (i % 2)) & 15 for i in range(4)], -1)
+        low, high = (t.data[..., :1].astype(np.int64) & 0xFFFFFFFF for t in tables)
+        magnitude = codes & 7
+        table = np.where(magnitude < 4, low, high)
+        byte = ((table >> (8 * (magnitude % 4))) & 0xFF) | ((codes & 8) << 4)
+        outputs.append(interpreter.TensorHandle(byte.astype(np.uint8), tl.float8e4nv))
+    return _AsmResults(outputs)
+
+
 class _AsmResults(list):
     """What ``tl.inline_asm_elementwise`` reads the outputs of an inline-asm op from."""
 
@@ -136,7 +154,7 @@ def _request_wgmma_waits():
 
 
 _PTX_DEFINITIONS = {E2M1_BYTES_TO_BF16X2.value: _e2m1_bytes_to_bf16, E2M1_WORD_TO_BF16.value: _e2m1_word_to_bf16,
-                    REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
+                    WORD_TO_E4M3.value: _word_to_e4m3, REQUEST_WGMMA_WAITS.value: _request_wgmma_waits}
 
 
 def convert_loop_bounds() -> None:

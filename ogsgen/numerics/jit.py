@@ -249,23 +249,78 @@ def mxfp4_fold_reference(ScalePtrs, mask_n, n_blocks, stride_k, BLOCKS: tl.const
     return top, tl.min(floor - top) >= -14
 
 
+# The hopper_fp8 layout's word (ogsgen.numerics.layouts.hopper_fp8) -> two registers of 4 e4m3 values, rows r ($0)
+# and r + 8 ($1). Each output byte is a byte permute of its row's 8-byte table ($3, $7 for row r; $11, $15 for row
+# r + 8: with 4 bytes packed per call, a 32-bit input takes 4 registers) indexed by a nibble's magnitude bits, or-ed
+# with the nibble's sign: the signs come from a permute of the word and the word shifted left by 4, which puts
+# nibble i's sign bit (3 + 4i) at bit 7 of byte i. $2: the word, its 4 bytes.
+WORD_TO_E4M3 = tl.constexpr(
+    "{\n.reg .b32 sel, sh, sg;\nand.b32 sel, $2, 0x7777;\nprmt.b32 $0, $3, $7, sel;\nshl.b32 sh, $2, 4;\n"
+    "prmt.b32 sg, sh, $2, 0x5140;\nand.b32 sg, sg, 0x80808080;\nor.b32 $0, $0, sg;\nshr.b32 sel, $2, 16;\n"
+    "and.b32 sel, sel, 0x7777;\nprmt.b32 $1, $11, $15, sel;\nprmt.b32 sg, sh, $2, 0x7362;\n"
+    "and.b32 sg, sg, 0x80808080;\nor.b32 $1, $1, sg;\n}")
+
+
 @triton.jit
-def _mxfp4_as_e4m3(w, codes, HOPPER: tl.constexpr):
-    """A (R, S) e4m3 tile of mxfp4 rows (strided bytes or hopper words, as the upcasts above) times 2 ** (code - 127)
-    per block: exact where every product is an e4m3 value (0 below e4m3's smallest subnormal)."""
-    if HOPPER:
-        values = upcast_mxfp4_hopper_words(w, codes)
+def e4m3_magnitude_tables(codes):
+    """The e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, ..., 6 times 2 ** (code - 127), as two int32 (bytes 0-3:
+    magnitude codes 0-3; 4-7), for codes 119 to 133 (every product an e4m3 value) and 0 (all zeros). From 2**-5 up
+    a byte is the magnitude's e4m3 at 2**0 plus (code - 127) in its exponent field; below, 0.5 to 1.5 (and at 2**-8,
+    2 and 3 too) are e4m3 subnormals, a table of their own."""
+    d = tl.maximum(codes.to(tl.int32) - 127, -8)
+    low = tl.where(d >= -5, 0x3C383000 + d * 0x08080800, 0x03020100 << tl.maximum(d + 8, 0))
+    high = tl.where(d >= -7, 0x4C484440 + d * 0x08080808, 0x0C080604)
+    return tl.where(codes == 0, 0, low), tl.where(codes == 0, 0, high)
+
+
+@triton.jit
+def _over_word_bytes(table, SHAPE: tl.constexpr):
+    """A (S, G, 8, 2) table per row and 32-deep block, broadcast over the bytes (S, G, 8, t, j, byte) it converts."""
+    spread = tl.broadcast_to(tl.reshape(table, (SHAPE[0], SHAPE[1], 8, 1, 2, 1, 1)),
+                             (SHAPE[0], SHAPE[1], 8, 4, 2, 2, 4))
+    return tl.reshape(spread, SHAPE)
+
+
+@triton.jit
+def mxfp4_words_as_e4m3(w, codes):
+    """A (R, S) e4m3 tile, in K order, of mxfp4 rows stored in the hopper_fp8 layout, times 2 ** (code - 127) per
+    block (codes as e4m3_magnitude_tables takes them). w: (R // 16, S * 8) uint8, S a multiple of 64: per 16-row
+    slab, 512 bytes per 64 columns in the order (r, t, j, byte); codes: (R, S // 32) e8m0 bytes. The join and the
+    final permute only rename registers when the result feeds an fp8 wgmma's register operand."""
+    SLABS: tl.constexpr = w.shape[0]
+    GROUPS: tl.constexpr = w.shape[1] // 512
+    SHAPE: tl.constexpr = (SLABS, GROUPS, 8, 4, 4, 4)
+    low, high = e4m3_magnitude_tables(tl.permute(tl.reshape(codes, (SLABS, 2, 8, GROUPS, 2)), (0, 3, 2, 4, 1)))
+    low_r, low_r8 = tl.split(low)                                                         # [s, g, r, jh]
+    high_r, high_r8 = tl.split(high)
+    row_r, row_r8 = tl.inline_asm_elementwise(
+        WORD_TO_E4M3, "=r,=r," + "r," * 16 + "r",
+        [tl.reshape(w, SHAPE), _over_word_bytes(low_r, SHAPE), _over_word_bytes(high_r, SHAPE),
+         _over_word_bytes(low_r8, SHAPE), _over_word_bytes(high_r8, SHAPE)],
+        dtype=(tl.float8e4nv, tl.float8e4nv), is_pure=True, pack=4)                       # [s, g, r, t, j, i]
+    values = tl.permute(tl.join(row_r, row_r8), (0, 6, 2, 1, 4, 3, 5))                    # [s, q, r, g, j, t, i]
+    return tl.reshape(values, (SLABS * 16, GROUPS * 64))
+
+
+@triton.jit
+def _mxfp4_as_e4m3(w, codes, LAYOUT: tl.constexpr):
+    """A (R, S) e4m3 tile of mxfp4 rows (strided bytes, hopper or hopper_fp8 words, as the conversions above) times
+    2 ** (code - 127) per block: exact where every product is an e4m3 value (0 below e4m3's smallest subnormal)."""
+    if LAYOUT == "hopper_fp8":
+        values = mxfp4_words_as_e4m3(w, codes)
+    elif LAYOUT == "hopper":
+        values = upcast_mxfp4_hopper_words(w, codes).to(tl.float8e4nv)
     else:
-        values = upcast_mx_rows(w, codes, "e2m1", tl.bfloat16)
-    return values.to(tl.float8e4nv)
+        values = upcast_mx_rows(w, codes, "e2m1", tl.bfloat16).to(tl.float8e4nv)
+    return values
 
 
 @triton.jit
-def dot_mxfp4_folded(acc, w, w_scales, top, x, HOPPER: tl.constexpr, MAX_NUM_IMPRECISE_ACC: tl.constexpr):
-    """acc + W^T @ X^T for one K step of e4m3 x (BM, BK) and a (BN, BK) mxfp4 W^T tile (strided bytes or hopper words,
-    scales (BN, BK // 32)) whose columns' codes lie within 14 of ``top``: W as e2m1 * 2**(s - top + 6)."""
+def dot_mxfp4_folded(acc, w, w_scales, top, x, LAYOUT: tl.constexpr, MAX_NUM_IMPRECISE_ACC: tl.constexpr):
+    """acc + W^T @ X^T for one K step of e4m3 x (BM, BK) and a (BN, BK) mxfp4 W^T tile (in ``LAYOUT``, scales
+    (BN, BK // 32)) whose columns' codes lie within 14 of ``top``: W as e2m1 * 2**(s - top + 6)."""
     codes = tl.maximum(w_scales.to(tl.int32) - top[:, None] + 133, 0)  # (blocks past K: code 0, values 0)
-    folded = _mxfp4_as_e4m3(w, codes.to(tl.uint8), HOPPER)
+    folded = _mxfp4_as_e4m3(w, codes.to(tl.uint8), LAYOUT)
     return tl.dot(folded, tl.trans(x), acc, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC)
 
 
@@ -277,7 +332,7 @@ def unfold_mxfp4_scales(acc, top, x_scales):
 
 
 @triton.jit
-def dot_mxfp4_blocks(acc, w, w_scales, x, x_scales, HOPPER: tl.constexpr, MAX_NUM_IMPRECISE_ACC: tl.constexpr):
+def dot_mxfp4_blocks(acc, w, w_scales, x, x_scales, LAYOUT: tl.constexpr, MAX_NUM_IMPRECISE_ACC: tl.constexpr):
     """acc + W^T @ X^T for one K step as ``dot_mxfp4_folded`` takes it, whatever the codes: an fp8 dot per block of 32
     (its values e2m1 * 2**6, the other blocks' 0), times x's scale and 2 ** (s - 133)."""
     BLOCKS: tl.constexpr = w_scales.shape[1]
@@ -285,7 +340,7 @@ def dot_mxfp4_blocks(acc, w, w_scales, x, x_scales, HOPPER: tl.constexpr, MAX_NU
     x_t = tl.trans(x)
     for j in tl.static_range(BLOCKS):
         block = tl.broadcast_to((tl.arange(0, BLOCKS) == j)[None, :], codes.shape)
-        alone = _mxfp4_as_e4m3(w, tl.where(block, 133, 0).to(tl.uint8), HOPPER)
+        alone = _mxfp4_as_e4m3(w, tl.where(block, 133, 0).to(tl.uint8), LAYOUT)
         product = tl.dot(alone, x_t, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC)
         acc += unfold_mxfp4_scales(product, tl.max(tl.where(block, codes, 0), axis=1), x_scales)
     return acc

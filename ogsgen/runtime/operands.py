@@ -12,7 +12,7 @@ from ..devices import target
 from ..errors import SpecError, UnsupportedError
 from ..numerics.layouts import SwizzledMxValues
 from ..spec.formats import (FLEX_BY_DTYPE, FP8_BLOCK, FP8_E4M3_B128, FP8_E4M3_CHANNEL, MX_BLOCK,
-                            MX_FP8_BY_DTYPE, MXFP4, MXFP4_HOPPER, NVFP4, NumericFormat, plain_format_of)
+                            MX_FP8_BY_DTYPE, MXFP4, NVFP4, SWIZZLED_MXFP4, NumericFormat, plain_format_of)
 from ..spec.operands import ScaledOperand
 from ..spec.variant import KernelVariant
 from ..types import FlexCtx, InFlexData, PrecisionConfig
@@ -141,7 +141,7 @@ def _unwrap_swizzled(w, x):
                             f"{w.capability[0]}.{w.capability[1]} GPU but x is on a {capability[0]}.{capability[1]} "
                             f"GPU; swizzle the strided values for this GPU: "
                             f"ogsgen.swizzle_mx_values(ogsgen.unswizzle_mx_values(w))")
-    return w.data, MXFP4_HOPPER, w.k
+    return w.data, SWIZZLED_MXFP4[w.layout], w.k
 
 
 def scaled_output_format(out_scale: torch.Tensor, out_dtype: torch.dtype | None):

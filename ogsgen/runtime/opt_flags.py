@@ -447,12 +447,12 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if k_group and k_group % flags.block_k:
         return (f"block_k={flags.block_k}: fp8 block scales cover {k_group} rows of K, which each K step must stay "
                 f"inside, so block_k must divide {k_group}")
-    if w_mx_layout == "hopper" and flags.block_k % 64:
-        return (f"block_k={flags.block_k}: hopper-layout mxfp4 weights come in groups of 64 rows of K, so block_k "
-                f"must be a multiple of 64")
-    if w_mx_layout == "hopper" and flags.block_n % 16:
-        return (f"block_n={flags.block_n}: hopper-layout mxfp4 weights come in slabs of 16 columns of N, so block_n "
-                f"must be a multiple of 16")
+    if w_mx_layout in ("hopper", "hopper_fp8") and flags.block_k % 64:
+        return (f"block_k={flags.block_k}: {w_mx_layout}-layout mxfp4 weights come in groups of 64 rows of K, so "
+                f"block_k must be a multiple of 64")
+    if w_mx_layout in ("hopper", "hopper_fp8") and flags.block_n % 16:
+        return (f"block_n={flags.block_n}: {w_mx_layout}-layout mxfp4 weights come in slabs of 16 columns of N, so "
+                f"block_n must be a multiple of 16")
     if w_mx_layout is not None and flags.block_k < MX_BLOCK:  # (scale blocks of 16: NVFP4)
         # On an H100 (Triton 3.6, 2026-12-06) 16-deep K steps of NVFP4 weights gave wrong results at block_m=16,
         # block_n=32 (mma.sync), from an upcast that is exact alone: docs/formats.md, "NVFP4 weights".

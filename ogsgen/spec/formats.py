@@ -18,7 +18,8 @@ once in the epilogue (flexpoint, ``block_f32`` over all of K); NVFP4 has both: b
 per-tensor scale in the epilogue.
 
 ``layout`` names how the values are arranged in memory: ``strided`` is an ordinary torch tensor;
-``hopper`` is mxfp4 weights rearranged for the in-register upcast (``ogsgen.numerics.layouts``).
+``hopper`` is mxfp4 weights rearranged for the in-register upcast to bf16, ``hopper_fp8`` for the in-register
+conversion to e4m3 that e4m3 x multiplies on Hopper (``ogsgen.numerics.layouts``).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import torch
 
 from ..errors import SpecError
 
-LAYOUTS = ("strided", "hopper")
+LAYOUTS = ("strided", "hopper", "hopper_fp8")
 
 MX_BLOCK = 32  # values along K that share one e8m0 scale (the OCP MX block)
 FP8_BLOCK = 128  # values along K (and columns of w) that share one float32 scale in DeepSeek-style fp8
@@ -126,8 +127,8 @@ class NumericFormat:
                                 for b in scaling.block_sizes)
             raise SpecError(f"format {self.element}: {self.scaling!r} scales take block_size {sizes}, got "
                             f"{self.block_size}")
-        if self.layout == "hopper" and (self.element, self.scaling) != ("e2m1", "block_e8m0"):
-            raise SpecError(f"the hopper layout holds mxfp4 values, not {self.element} ({self.scaling})")
+        if self.layout != "strided" and (self.element, self.scaling) != ("e2m1", "block_e8m0"):
+            raise SpecError(f"the {self.layout} layout holds mxfp4 values, not {self.element} ({self.scaling})")
 
     @property
     def scheme(self) -> Scaling:
@@ -207,14 +208,16 @@ FP8_E4M3 = NumericFormat("e4m3", "flexpoint")
 FP8_E5M2 = NumericFormat("e5m2", "flexpoint")
 MXFP4 = NumericFormat("e2m1", "block_e8m0", MX_BLOCK)
 MXFP4_HOPPER = NumericFormat("e2m1", "block_e8m0", MX_BLOCK, layout="hopper")
+MXFP4_HOPPER_FP8 = NumericFormat("e2m1", "block_e8m0", MX_BLOCK, layout="hopper_fp8")
 MXFP8_E4M3 = NumericFormat("e4m3", "block_e8m0", MX_BLOCK)
 MXFP8_E5M2 = NumericFormat("e5m2", "block_e8m0", MX_BLOCK)
 FP8_E4M3_B128 = NumericFormat("e4m3", "block_f32", FP8_BLOCK)   # w: 128 x 128 blocks; x: per row, 128 of K
 FP8_E4M3_CHANNEL = NumericFormat("e4m3", "block_f32", 0)        # w: per column; x: per row (or per tensor)
 NVFP4 = NumericFormat("e2m1", "block_e4m3", NVFP4_BLOCK)         # w: e4m3 scales per 16 of K, a global scale
 
-BY_NAME = {f.name: f for f in (BF16, FP16, FP32, FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, MXFP8_E5M2,
-                                FP8_E4M3_B128, FP8_E4M3_CHANNEL, NVFP4)}
+BY_NAME = {f.name: f for f in (BF16, FP16, FP32, FP8_E4M3, FP8_E5M2, MXFP4, MXFP4_HOPPER, MXFP4_HOPPER_FP8, MXFP8_E4M3,
+                                MXFP8_E5M2, FP8_E4M3_B128, FP8_E4M3_CHANNEL, NVFP4)}
+SWIZZLED_MXFP4 = {f.layout: f for f in (MXFP4_HOPPER, MXFP4_HOPPER_FP8)}  # mxfp4 formats by swizzled value layout
 
 _PLAIN_BY_DTYPE = {f.torch_dtype: f for f in (BF16, FP16, FP32)}
 FLEX_BY_DTYPE = {f.torch_dtype: f for f in (FP8_E4M3, FP8_E5M2)}      # an fp8 tensor with a flexpoint scale

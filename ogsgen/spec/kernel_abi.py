@@ -81,7 +81,6 @@ def _x_mx(v): return v.x.scales_apply == "operand"
 def _x_mx_batched(v): return _x_mx(v) and not v.ragged
 def _w_mx(v): return v.w.scales_apply == "operand"
 def _upcasts(v): return v.upcasts_in_registers
-def _w_hopper(v): return v.w.layout == "hopper"
 def _x_global(v): return v.x.has_global_scale
 def _w_global(v): return v.w.has_global_scale
 def _y_flex(v): return v.y.scaling == "flexpoint"
@@ -110,12 +109,12 @@ def _batch_stride(t) -> int:
 
 
 def _stride_w_k(a) -> int:
-    # Hopper-layout words are (..., N slabs, K words): their K stride is the last.
-    return a.call.w.stride(-1) if a.variant.w.layout == "hopper" else a.call.w.stride(-2)
+    # Swizzled mxfp4 values are (..., N slabs, K words or bytes): their K stride is the last.
+    return a.call.w.stride(-1) if a.variant.w.layout != "strided" else a.call.w.stride(-2)
 
 
 def _stride_w_n(a) -> int:
-    return a.call.w.stride(-2) if a.variant.w.layout == "hopper" else a.call.w.stride(-1)
+    return a.call.w.stride(-2) if a.variant.w.layout != "strided" else a.call.w.stride(-1)
 
 
 def _even_k(a) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import SpecError, SpecTypeError
-from .formats import BY_NAME, MXFP4, MXFP4_HOPPER, NumericFormat, format_named
+from .formats import BY_NAME, MXFP4, SWIZZLED_MXFP4, NumericFormat, format_named
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class ScaledOperand:
         """
         fmt, swizzled = _checked(values, format, block_scales, global_scale, "w")
         if swizzled:
-            return cls(values, MXFP4_HOPPER, values.k, block_scales, global_scale=global_scale)
+            return cls(values, SWIZZLED_MXFP4[values.layout], values.k, block_scales, global_scale=global_scale)
         return cls(values, fmt, fmt.logical_k(values.shape[-2]), block_scales,
                    fmt.scale_block_n(block_scales, values.shape[-1]), global_scale)
 
@@ -98,8 +98,8 @@ def _checked(values, format, block_scales, global_scale, operand: str) -> tuple[
     swizzled = isinstance(values, SwizzledMxValues)
     if swizzled and operand == "x":
         raise SpecTypeError("x's values must be a torch.Tensor: only w has swizzled layouts")
-    if swizzled != (fmt.layout == "hopper") and not (swizzled and fmt == MXFP4):
-        raise SpecError(f"values in the hopper layout are a SwizzledMxValues (ogsgen.swizzle_mx_values) of "
+    if swizzled != (fmt.layout != "strided") and not (swizzled and fmt == MXFP4):
+        raise SpecError(f"values in a swizzled layout are a SwizzledMxValues (ogsgen.swizzle_mx_values) of "
                         f"mxfp4 values; format {fmt.name!r} takes a tensor of {fmt.torch_dtype}")
     if not swizzled:
         if not isinstance(values, torch.Tensor):

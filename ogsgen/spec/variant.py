@@ -202,6 +202,10 @@ class KernelVariant:
         if self.w.layout == "hopper" and self.dot_element != "bf16" and not self.folds_mx_scales:
             raise UnsupportedError(f"{name}: hopper-layout mxfp4 weights are upcast in registers, so x must be bf16, "
                                    f"mxfp8 or e4m3 (got {self.x.name}); use strided mxfp4 weights")
+        if self.w.layout == "hopper_fp8" and not self.folds_mx_scales:
+            raise UnsupportedError(f"{name}: hopper_fp8-layout mxfp4 weights become e4m3 operands, so x must be e4m3 "
+                                   f"with one scale per tensor or per row (got {self.x.name}); use the hopper layout "
+                                   f"for bf16 or mxfp8 x")
         if self.x.scaling == "block_e8m0" and self.x.element == "e2m1":
             raise UnsupportedError(f"{name}: mx activations are mxfp8 (e4m3 or e5m2 values), not mxfp4")
         if self.y.scaling == "block_f32" and (self.y.element, self.y.block_size) != ("e4m3", FP8_BLOCK):

@@ -3,7 +3,8 @@
 ``strided`` is what ``quantize_mx`` returns, a plain tensor: ``w`` of shape (..., K // 2, N), byte i of a column
 holding K rows 2i (low nibble) and 2i + 1 (high nibble).
 
-A swizzled layout is a class in a file of its own (``hopper.py``: words for the in-register upcast on Hopper),
+A swizzled layout is a class in a file of its own (``hopper.py``: words for the in-register upcast to bf16 on Hopper;
+``hopper_fp8.py``: words that become e4m3 wgmma operands, for e4m3 x),
 which owns its stored shape, the GPUs it serves and the conversion of one matrix of strided values into it and
 back; its in-kernel reader is a ``@triton.jit`` helper of ``ogsgen.numerics.jit``. ``SwizzledMxValues`` carries
 stored values with their logical shape through ``matmul_ogs``; ``swizzle_mx_values`` and ``unswizzle_mx_values``
@@ -19,8 +20,9 @@ import torch
 from ...devices import target
 from ...errors import SpecError, SpecTypeError
 from .hopper import HopperLayout
+from .hopper_fp8 import HopperFp8Layout
 
-SWIZZLED_LAYOUTS = {layout.name: layout for layout in (HopperLayout,)}
+SWIZZLED_LAYOUTS = {layout.name: layout for layout in (HopperLayout, HopperFp8Layout)}
 VALUE_LAYOUTS = ("strided", *SWIZZLED_LAYOUTS)
 
 
@@ -28,7 +30,8 @@ VALUE_LAYOUTS = ("strided", *SWIZZLED_LAYOUTS)
 class SwizzledMxValues:
     """mxfp4 weight values in a swizzled layout: pass it as ``matmul_ogs``'s ``w``.
 
-    ``data``: the layout's stored values (hopper: int32 words (..., ceil(N / 16), K_padded * 2)); ``k``, ``n``: the
+    ``data``: the layout's stored values (hopper: int32 words (..., ceil(N / 16), K_padded * 2); hopper_fp8: their
+    bytes, uint8 (..., ceil(N / 16), K_padded * 8)); ``k``, ``n``: the
     logical K and N; ``capability``: the compute capability of the GPU the layout was produced for (``matmul_ogs``
     refuses another). Made by :func:`swizzle_mx_values`; :func:`unswizzle_mx_values` gives the strided values back.
     """
@@ -89,7 +92,7 @@ def swizzle_mx_values(values: torch.Tensor, layout: str = "hopper", capability=N
                             f"values' device, got {capability!r}")
     capability = tuple(capability)
     if capability < kind.min_capability:
-        raise SpecError(f"the {layout} layout serves 16-bit MMAs with a register operand (compute capability "
+        raise SpecError(f"the {layout} layout serves {kind.serves} (compute capability "
                         f"{kind.min_capability[0]}.{kind.min_capability[1]} and newer); capability {capability} has "
                         f"none: keep the strided values")
     k, n = 2 * values.shape[-2], values.shape[-1]

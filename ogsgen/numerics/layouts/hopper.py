@@ -82,7 +82,8 @@ def _codes_of_words(words: torch.Tensor) -> torch.Tensor:
 class HopperLayout:
     """The hopper layout's facts and host-side conversions (one matrix of values at a time)."""
     name = "hopper"
-    min_capability = (8, 0)   # 16-bit MMAs with a register operand
+    min_capability = (8, 0)
+    serves = "16-bit MMAs with a register operand"
     stored_dtype = torch.int32
 
     @staticmethod
