@@ -8,8 +8,8 @@ third_party/vllm, launched by bench/vllm_peer_launch.py; DeepGEMM's wheels, load
 that is not importable is left out, with a message.
 Shapes: MOE_SHAPES, T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880. Weights bf16 (bf16-kmajor:
 K-contiguous), mxfp4 (the layout prepare_expert_weights picks, hopper on an H200, N-contiguous scales; mxfp4-strided,
-mxfp4-kscales for probes; mxfp4-e4m3x: x in e4m3 per row, mxfp4-mxfp8x: x in mxfp8 (e4m3, e8m0 scales per 32 of
-K), each quantized before the timed call, no triton_kernels),
+mxfp4-kscales for probes; mxfp4-e4m3x: x in e4m3 per row, w in the hopper_fp8 layout (-hopper: the hopper layout),
+mxfp4-mxfp8x: x in mxfp8 (e8m0 scales per 32 of K), each quantized before the timed call, no triton_kernels),
 fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x quantized by the call, fp8 cuBLAS as yardstick
 and ceiling; b128's w1 also writes its rows as e4m3 for w2, fused or by a quantize_fp8 pass). Peers, in the same
 process: triton_kernels' matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe Triton kernel (bf16, and fp8 w8a8
@@ -68,7 +68,7 @@ MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
     "Qwen3-30B-A3B w2": (128, 8, 768, 2048, "scatter"),
 }
 FP8_FORMATS = ("fp8e4m3_b128", "fp8e4m3_channel")  # checkpoint fp8 formats (x quantized by the call)
-FP8_DOTS = (*FP8_FORMATS, "mxfp4-e4m3x")  # fp8 dots: their yardstick and ceiling are fp8 cuBLAS's
+FP8_DOTS = (*FP8_FORMATS, "mxfp4-e4m3x", "mxfp4-e4m3x-hopper")  # fp8 dots: their yardstick and ceiling are fp8 cuBLAS's
 DENSE_YARDSTICK_TOKENS = 2048  # MoE cases from this many tokens also time a dense matmul of the same M·N·K
 DENSE_SHAPES = [(8192, 8192, 8192), (4096, 5760, 2880), (64, 5760, 2880)]
 GRAPH_ROUNDS, GRAPH_REP_MS = 3, 40
@@ -276,11 +276,12 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     if weight_format.startswith("mxfp4"):
         values, scales = lib.numerics.quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
         hopper = weight_format != "mxfp4-strided" and torch.cuda.get_device_capability()[0] == 9
-        w = lib.swizzle_mx_values(values.mT) if hopper else values.mT
+        layout = "hopper_fp8" if weight_format == "mxfp4-e4m3x" else "hopper"
+        w = lib.swizzle_mx_values(values.mT, layout) if hopper else values.mT
         # Scales N-contiguous, as prepare_expert_weights stores them; mxfp4-kscales (a probe): K-contiguous.
         pc = lib.PrecisionConfig(weight_scale=scales.mT if weight_format == "mxfp4-kscales"
                                     else scales.mT.contiguous())
-        if weight_format == "mxfp4-e4m3x":  # fp8 tensor cores: x in e4m3 with a scale per row (docs/formats.md)
+        if weight_format.startswith("mxfp4-e4m3x"):  # fp8 tensor cores: x in e4m3 with a scale per row (docs/formats.md)
             x, x_scale = lib.numerics.quantize_fp8(x, (1, 0))
             pc.act_scale = x_scale
         elif weight_format == "mxfp4-mxfp8x":  # the seed's MX activations, upcast to bf16 in registers
@@ -300,12 +301,12 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         expert_w = dense_w.__getitem__
     else:
         raise ValueError(f"unknown weight format {weight_format!r}: bf16, bf16-kmajor, mxfp4, mxfp4-kscales, "
-                         f"mxfp4-strided, mxfp4-e4m3x, mxfp4-mxfp8x, {', '.join(FP8_FORMATS)}")
+                         f"mxfp4-strided, mxfp4-e4m3x(-hopper), mxfp4-mxfp8x, {', '.join(FP8_FORMATS)}")
     bytes_moved = x.numel() * x.element_size() + w_bytes + (rows if mode == "gather" else tokens) * n * 2
     flops = 2 * rows * k * n
     # fp8 formats: the reference takes x as the call quantizes it (the contract: docs/formats.md)
     x_ref = fp8_as_computed(x, weight_format) if weight_format in FP8_FORMATS else x
-    x_ref = x.float() * pc.act_scale if weight_format == "mxfp4-e4m3x" else x_ref
+    x_ref = x.float() * pc.act_scale if weight_format.startswith("mxfp4-e4m3x") else x_ref
     x_ref = dequantize_mx_torch(x, pc.act_scale, "e4m3") if weight_format == "mxfp4-mxfp8x" else x_ref
     yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
     if weight_format == "fp8e4m3_b128" and mode == "gather":  # w1's rows as w2's e4m3 input, fused or by a pass

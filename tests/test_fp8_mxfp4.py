@@ -132,10 +132,11 @@ def test_edge_scale_codes(layout, device):
 
 
 @pytest.mark.parametrize("layout", ["strided", "hopper", "hopper_fp8"])
-@pytest.mark.parametrize("codes", [(120, 106), (120, 105), (106, 120), (255, 241)])
+@pytest.mark.parametrize("codes", [(120, 106), (120, 105), (106, 120), (255, 241), (120, 109), (120, 108)])
 def test_the_fold_window(layout, codes, device):
     """Each column's two K blocks have the codes ``codes``: 14 apart, the tile folds into e4m3 values (the lower
-    block's 0.5 and 1.5 become e4m3's smallest subnormals, 2**-9 and 3 * 2**-9); 15 apart, its blocks go alone; e8m0's
+    block's 0.5 and 1.5 become e4m3's smallest subnormals, 2**-9 and 3 * 2**-9); 15 apart, its blocks go alone; the
+    hopper_fp8 layout's window is 11 (12 apart: alone; 11: 0.5 becomes 2**-6, e4m3's smallest normal); e8m0's
     NaN (in columns 0-7; the others 250) folds too, with its columns NaN. w is block-diagonal (columns 0-15 read block
     0, 16-31 block 1), so that a value lost or rounded shows against its own block's sum."""
     m, k, n = 6, 64, 32

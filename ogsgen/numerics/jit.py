@@ -227,16 +227,16 @@ def upcast_mxfp4_hopper_words(words, scales):
 
 # e4m3 x with mxfp4 w (docs/formats.md, "fp8 activations with mxfp4 weights"). e2m1 values have two significant bits,
 # so e2m1 * 2**j is an e4m3 value for j in [-8, 6]. Where a W tile's every column has its scale codes over K within 14
-# of its largest, r, each block of code s becomes the e4m3 values e2m1 * 2**(s - r + 6) exactly, one fp8 dot
+# of its largest, r (11 in the hopper_fp8 layout, whose conversion gives e4m3 normals only), each block of code s becomes the e4m3 values e2m1 * 2**(s - r + 6) exactly, one fp8 dot
 # accumulates all of K, and the result is multiplied by x's scale, then by 2**(r - 133) (exact: in this order no
 # scale code under- or overflows a product that fp32 holds). Other tiles take each K step's blocks alone. (A branch
 # on the codes inside the K loop would keep Triton from pipelining its loads: the choice is made once, before it.)
 
 
 @triton.jit
-def mxfp4_fold_reference(ScalePtrs, mask_n, n_blocks, stride_k, BLOCKS: tl.constexpr):
+def mxfp4_fold_reference(ScalePtrs, mask_n, n_blocks, stride_k, BLOCKS: tl.constexpr, WINDOW: tl.constexpr):
     """(the largest e8m0 code of each column of a W tile over its n_blocks blocks of K, whether every column's codes
-    lie within 14 of it), read BLOCKS at a time from ScalePtrs ((BN, BLOCKS) pointers at the first ones). Columns
+    lie within WINDOW of it), read BLOCKS at a time from ScalePtrs ((BN, BLOCKS) pointers at the first ones). Columns
     past N read 0."""
     top = tl.zeros((ScalePtrs.shape[0],), dtype=tl.int32)
     floor = tl.full((ScalePtrs.shape[0],), 255, dtype=tl.int32)
@@ -246,7 +246,7 @@ def mxfp4_fold_reference(ScalePtrs, mask_n, n_blocks, stride_k, BLOCKS: tl.const
         codes = tl.load(ScalePtrs + b * BLOCKS * stride_k, mask=valid, other=0).to(tl.int32)
         top = tl.maximum(top, tl.max(codes, axis=1))
         floor = tl.minimum(floor, tl.min(tl.where(valid, codes, top[:, None]), axis=1))
-    return top, tl.min(floor - top) >= -14
+    return top, tl.min(floor - top) >= -WINDOW
 
 
 # The hopper_fp8 layout's word (ogsgen.numerics.layouts.hopper_fp8) -> two registers of 4 e4m3 values, rows r ($0)
@@ -262,15 +262,11 @@ WORD_TO_E4M3 = tl.constexpr(
 
 
 @triton.jit
-def e4m3_magnitude_tables(codes):
-    """The e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, ..., 6 times 2 ** (code - 127), as two int32 (bytes 0-3:
-    magnitude codes 0-3; 4-7), for codes 119 to 133 (every product an e4m3 value) and 0 (all zeros). From 2**-5 up
-    a byte is the magnitude's e4m3 at 2**0 plus (code - 127) in its exponent field; below, 0.5 to 1.5 (and at 2**-8,
-    2 and 3 too) are e4m3 subnormals, a table of their own."""
-    d = tl.maximum(codes.to(tl.int32) - 127, -8)
-    low = tl.where(d >= -5, 0x3C383000 + d * 0x08080800, 0x03020100 << tl.maximum(d + 8, 0))
-    high = tl.where(d >= -7, 0x4C484440 + d * 0x08080808, 0x0C080604)
-    return tl.where(codes == 0, 0, low), tl.where(codes == 0, 0, high)
+def e4m3_magnitude_tables(d):
+    """The e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, ..., 6 times 2 ** d, as two int32 (bytes 0-3: magnitude
+    codes 0-3; 4-7), for d in [-5, 6]: each magnitude's e4m3 byte at 2**0 with d added to its exponent field (below
+    2**-5, 0.5 becomes an e4m3 subnormal, which this add does not give)."""
+    return 0x3C383000 + d * 0x08080800, 0x4C484440 + d * 0x08080808
 
 
 @triton.jit
@@ -282,17 +278,16 @@ def _over_word_bytes(table, SHAPE: tl.constexpr):
 
 
 @triton.jit
-def mxfp4_words_as_e4m3(w, codes):
-    """A (R, S) e4m3 tile, in K order, of mxfp4 rows stored in the hopper_fp8 layout, times 2 ** (code - 127) per
-    block (codes as e4m3_magnitude_tables takes them). w: (R // 16, S * 8) uint8, S a multiple of 64: per 16-row
-    slab, 512 bytes per 64 columns in the order (r, t, j, byte); codes: (R, S // 32) e8m0 bytes. The join and the
+def mxfp4_words_as_e4m3(w, low, high):
+    """A (R, S) e4m3 tile, in K order, of mxfp4 rows stored in the hopper_fp8 layout, each block's magnitudes read
+    from its table (low, high: (R, S // 32) int32, as e4m3_magnitude_tables gives them). w: (R // 16, S * 8) uint8,
+    S a multiple of 64: per 16-row slab, 512 bytes per 64 columns in the order (r, t, j, byte). The join and the
     final permute only rename registers when the result feeds an fp8 wgmma's register operand."""
     SLABS: tl.constexpr = w.shape[0]
     GROUPS: tl.constexpr = w.shape[1] // 512
     SHAPE: tl.constexpr = (SLABS, GROUPS, 8, 4, 4, 4)
-    low, high = e4m3_magnitude_tables(tl.permute(tl.reshape(codes, (SLABS, 2, 8, GROUPS, 2)), (0, 3, 2, 4, 1)))
-    low_r, low_r8 = tl.split(low)                                                         # [s, g, r, jh]
-    high_r, high_r8 = tl.split(high)
+    low_r, low_r8 = tl.split(tl.permute(tl.reshape(low, (SLABS, 2, 8, GROUPS, 2)), (0, 3, 2, 4, 1)))  # [s, g, r, jh]
+    high_r, high_r8 = tl.split(tl.permute(tl.reshape(high, (SLABS, 2, 8, GROUPS, 2)), (0, 3, 2, 4, 1)))
     row_r, row_r8 = tl.inline_asm_elementwise(
         WORD_TO_E4M3, "=r,=r," + "r," * 16 + "r",
         [tl.reshape(w, SHAPE), _over_word_bytes(low_r, SHAPE), _over_word_bytes(high_r, SHAPE),
@@ -304,11 +299,9 @@ def mxfp4_words_as_e4m3(w, codes):
 
 @triton.jit
 def _mxfp4_as_e4m3(w, codes, LAYOUT: tl.constexpr):
-    """A (R, S) e4m3 tile of mxfp4 rows (strided bytes, hopper or hopper_fp8 words, as the conversions above) times
-    2 ** (code - 127) per block: exact where every product is an e4m3 value (0 below e4m3's smallest subnormal)."""
-    if LAYOUT == "hopper_fp8":
-        values = mxfp4_words_as_e4m3(w, codes)
-    elif LAYOUT == "hopper":
+    """A (R, S) e4m3 tile of mxfp4 rows (strided bytes or hopper words, as the upcasts above) times 2 ** (code - 127)
+    per block: exact where every product is an e4m3 value (0 below e4m3's smallest subnormal)."""
+    if LAYOUT == "hopper":
         values = upcast_mxfp4_hopper_words(w, codes).to(tl.float8e4nv)
     else:
         values = upcast_mx_rows(w, codes, "e2m1", tl.bfloat16).to(tl.float8e4nv)
@@ -318,9 +311,12 @@ def _mxfp4_as_e4m3(w, codes, LAYOUT: tl.constexpr):
 @triton.jit
 def dot_mxfp4_folded(acc, w, w_scales, top, x, LAYOUT: tl.constexpr, MAX_NUM_IMPRECISE_ACC: tl.constexpr):
     """acc + W^T @ X^T for one K step of e4m3 x (BM, BK) and a (BN, BK) mxfp4 W^T tile (in ``LAYOUT``, scales
-    (BN, BK // 32)) whose columns' codes lie within 14 of ``top``: W as e2m1 * 2**(s - top + 6)."""
-    codes = tl.maximum(w_scales.to(tl.int32) - top[:, None] + 133, 0)  # (blocks past K: code 0, values 0)
-    folded = _mxfp4_as_e4m3(w, codes.to(tl.uint8), LAYOUT)
+    (BN, BK // 32)) whose columns' codes lie within the layout's fold window of ``top``: W as e2m1 * 2**(s - top + 6)."""
+    if LAYOUT == "hopper_fp8":  # (its window is 11: s - top + 6 >= -5; blocks past K hold zeros, any table will do)
+        folded = mxfp4_words_as_e4m3(w, *e4m3_magnitude_tables(w_scales.to(tl.int32) - top[:, None] + 6))
+    else:
+        codes = tl.maximum(w_scales.to(tl.int32) - top[:, None] + 133, 0)  # (blocks past K: code 0, values 0)
+        folded = _mxfp4_as_e4m3(w, codes.to(tl.uint8), LAYOUT)
     return tl.dot(folded, tl.trans(x), acc, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC)
 
 
@@ -340,7 +336,11 @@ def dot_mxfp4_blocks(acc, w, w_scales, x, x_scales, LAYOUT: tl.constexpr, MAX_NU
     x_t = tl.trans(x)
     for j in tl.static_range(BLOCKS):
         block = tl.broadcast_to((tl.arange(0, BLOCKS) == j)[None, :], codes.shape)
-        alone = _mxfp4_as_e4m3(w, tl.where(block, 133, 0).to(tl.uint8), LAYOUT)
+        if LAYOUT == "hopper_fp8":  # (its tables hold no scale's zeros: the other blocks' tables are)
+            low, high = e4m3_magnitude_tables(6)
+            alone = mxfp4_words_as_e4m3(w, tl.where(block, low, 0), tl.where(block, high, 0))
+        else:
+            alone = _mxfp4_as_e4m3(w, tl.where(block, 133, 0).to(tl.uint8), LAYOUT)
         product = tl.dot(alone, x_t, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC)
         acc += unfold_mxfp4_scales(product, tl.max(tl.where(block, codes, 0), axis=1), x_scales)
     return acc

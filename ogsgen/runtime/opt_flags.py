@@ -349,10 +349,12 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
         # bench/NOTES.md, "fp8 x with mxfp4 w"). 64-row tiles: 128 columns on 4 warps (0.82-0.86x the time of
         # 64x256x64 on 8 warps on an H100, gpt-oss w1/w2 at T=2048 and 8192, 2026-12-07, docs/heuristics.md);
         # fewer rows: 256 columns where N has them, on 8 warps (not measured on a GPU).
-        block_m = min(flags.block_m, 64)
+        # hopper_fp8 words (no bf16 step, no shared-memory pass) leave room for 128-row tiles on 8 warps: 128 K loop
+        # instructions per step and no spills, offline (sm_90, Triton 3.6); not measured on a GPU.
+        block_m = min(flags.block_m, 128 if p.w_mx_layout == "hopper_fp8" else 64)
         wide = p.n > 128 and block_m < 64
         flags = replace(flags, block_m=block_m, block_n=256 if wide else min(flags.block_n, 128), block_k=64,
-                        num_warps=8 if wide or block_m < 64 else 4, num_stages=3, **_MEASURED_FOR_ITS_TILE)
+                        num_warps=8 if wide or block_m != 64 else 4, num_stages=3, **_MEASURED_FOR_ITS_TILE)
     if p.k_group and flags.block_m == 16 and flags.block_n == 128 and flags.split_k == 1:
         # fp8 block-scaled decode rows: 64-column tiles in 6 stages (twice the tiles, each streaming its W with
         # 48 KiB in flight), 1-9% faster than 16x128x128 in 4 stages on an H100 (Qwen3-30B-A3B and DeepSeek-V3
