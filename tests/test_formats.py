@@ -245,17 +245,42 @@ def test_padded_weight_scale_groups_are_not_read(value_layout, scales_n_contiguo
 
 # ---------------------------------------------------------------- the hopper value layout
 
+@pytest.mark.parametrize("layout,dtype,group", [("hopper", torch.int32, 128), ("hopper_fp8", torch.uint8, 512)])
 @pytest.mark.parametrize("shape", [(2, 48, 40), (96, 24), (1, 1440, 8)])
-def test_hopper_layout_round_trips_bit_for_bit(shape, device):
+def test_swizzled_layouts_round_trip_bit_for_bit(shape, layout, dtype, group, device):
     values = torch.randint(0, 256, shape, dtype=torch.uint8, device=device)
     for strided in (values, values.mT.contiguous().mT):                      # N- or K-contiguous input
-        swizzled = swizzle_mx_values(strided)
+        swizzled = swizzle_mx_values(strided, layout)
         k, n = 2 * shape[-2], shape[-1]
         assert (swizzled.k, swizzled.n) == (k, n) and swizzled.shape == tuple(shape)
-        # N padded to whole 16-column slabs, K to whole 64-row groups of 128 words
-        assert swizzled.data.dtype == torch.int32 and swizzled.data.is_contiguous()
-        assert tuple(swizzled.data.shape) == (*shape[:-2], -(-n // 16), -(-k // 64) * 128)
+        # N padded to whole 16-column slabs, K to whole 64-row groups of 128 words (hopper_fp8: their 512 bytes)
+        assert swizzled.data.dtype == dtype and swizzled.data.is_contiguous()
+        assert tuple(swizzled.data.shape) == (*shape[:-2], -(-n // 16), -(-k // 64) * group)
         assert torch.equal(unswizzle_mx_values(swizzled), values)
+
+
+def test_hopper_fp8_layout_puts_each_value_where_documented(device):
+    # (N, K) = (16 s + 8 q + r, 64 g + 16 j + 4 t + 2 b + h) is nibble h of byte 2 q + b of word (r, t, j) of slab s,
+    # group g: byte 512 g + 4 (4 (4 r + t) + j) + 2 q + b of the slab's row.
+    n, k = 32, 128
+    codes = torch.randint(0, 16, (n, k), device=device)
+    stored = swizzle_mx_values((codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8).mT, "hopper_fp8").data.cpu()
+    codes = codes.cpu()
+    for column in range(n):
+        s, q, r = column // 16, column // 8 % 2, column % 8
+        for row in range(k):
+            g, j, t, b, h = row // 64, row // 16 % 4, row // 4 % 4, row // 2 % 2, row % 2
+            byte = int(stored[s, 512 * g + 4 * (4 * (4 * r + t) + j) + 2 * q + b])
+            assert (byte >> 4 * h) & 15 == codes[column, row], (column, row)
+
+
+def test_hopper_fp8_weights_take_e4m3_x_only(device):
+    values, scales = quantize_mx(torch.randn(64, 128, device=device), "e2m1")
+    w = swizzle_mx_values(values.mT, "hopper_fp8")
+    with pytest.raises(ogsgen.SpecError, match="hopper_fp8-layout mxfp4 weights become e4m3 operands, so x "
+                                                "must be e4m3 .* use the hopper layout for bf16 or mxfp8 x"):
+        matmul_ogs(torch.randn(8, 128, device=device).bfloat16(), w, None,
+                   precision_config=PrecisionConfig(weight_scale=scales.mT))
 
 
 def test_hopper_layout_puts_each_value_where_documented(device):
@@ -648,7 +673,7 @@ def test_mxfp8_weights_refuse_a_float32_act_scale(element, device):
 # ---------------------------------------------------------------- weight preparation
 
 @pytest.mark.parametrize("format,value_layout", [("bf16", "auto"), ("fp8e4m3", "auto"), ("mxfp4", "strided"),
-                                                 ("mxfp4", "hopper"), ("mxfp8e4m3", "auto")])
+                                                 ("mxfp4", "hopper"), ("mxfp4", "hopper_fp8"), ("mxfp8e4m3", "auto")])
 @pytest.mark.parametrize("layout,gate_up", [("out_in", "concatenated"), ("in_out", "interleaved"), ("out_in", None)])
 def test_prepare_expert_weights_round_trips(format, value_layout, layout, gate_up, device):
     n_expts, k, n = 3, 64, 48
@@ -657,7 +682,7 @@ def test_prepare_expert_weights_round_trips(format, value_layout, layout, gate_u
     bias = torch.randn(n_expts, n, device=device)
     prepared = ogsgen.prepare_expert_weights(dense, bias, layout=layout, gate_up=gate_up, format=format,
                                              value_layout=value_layout)
-    assert isinstance(prepared.w, SwizzledMxValues) == (value_layout == "hopper")
+    assert isinstance(prepared.w, SwizzledMxValues) == (value_layout in ("hopper", "hopper_fp8"))
     back = prepared.dequantize(checkpoint_order=True)
     assert back.shape == dense.shape
     if format == "bf16":
@@ -670,7 +695,7 @@ def test_prepare_expert_weights_round_trips(format, value_layout, layout, gate_u
     else:
         assert_close(dense, back, maxtol=0.07, rmstol=0.05)
     if format in ("fp8e4m3", "mxfp4", "mxfp8e4m3"):
-        if value_layout != "hopper":  # (hopper words are K-contiguous by construction)
+        if value_layout not in ("hopper", "hopper_fp8"):  # (swizzled words are K-contiguous by construction)
             assert prepared.w.stride(-2) == 1  # K-contiguous, as Hopper reads scaled weights
     if format.startswith("mx"):
         assert prepared.weight_scale.stride(-1) == 1  # N-contiguous: whole sectors per K step

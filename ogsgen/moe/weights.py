@@ -117,7 +117,8 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         values of K and a float32 global scale per expert (``ogsgen.numerics.nvfp4.quantize_nvfp4``, in a multiple
         of 32).
     value_layout: how mxfp4 values are stored: ``"strided"``, ``"hopper"`` (swizzled for the in-register
-        upcast, ``ogsgen.swizzle_mx_values``) or ``"auto"``: hopper when the weights are on a Hopper GPU.
+        upcast, ``ogsgen.swizzle_mx_values``), ``"hopper_fp8"`` (for e4m3 activations on Hopper: converted to fp8
+        wgmma operands in registers) or ``"auto"``: hopper when the weights are on a Hopper GPU.
     weight_scale: the float32 scales of an e4m3 checkpoint, taken as they are: fp8e4m3_b128 (E, cdiv(out, 128),
         cdiv(in, 128)) for "out_in" (DeepSeek's ``weight_scale_inv``), (E, cdiv(in, 128), cdiv(out, 128)) for
         "in_out"; fp8e4m3_channel (E, out), or (E, out, 1) for "out_in" and (E, 1, out) for "in_out". An "out_in"
@@ -135,8 +136,9 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         raise SpecError(f"format must be one of {FORMATS}, got {format!r}")
     if value_layout not in ("auto", *VALUE_LAYOUTS):
         raise SpecError(f"value_layout must be 'auto' or one of {VALUE_LAYOUTS}, got {value_layout!r}")
-    if value_layout == "hopper" and format != "mxfp4":
-        raise SpecError(f"value_layout='hopper' applies to mxfp4 weights, not {format}; use 'auto' or 'strided'")
+    if value_layout not in ("auto", "strided") and format != "mxfp4":
+        raise SpecError(f"value_layout={value_layout!r} applies to mxfp4 weights, not {format}; use 'auto' or "
+                        f"'strided'")
     if rounding not in ROUNDINGS:
         raise SpecError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
     if not isinstance(pow2_scales, bool):
@@ -157,8 +159,8 @@ def prepare_expert_weights(weight, bias=None, *, layout: str = "out_in", gate_up
         prepared = _prepare_block_checkpoint(weight, bias, layout, gate_up, fmt, global_scale)
     else:
         prepared = _prepare_dense(weight, bias, layout, gate_up, fmt, options)
-    if format == "mxfp4" and _wants_hopper_layout(value_layout, prepared.w.device):
-        prepared.w = swizzle_mx_values(prepared.w)
+    if format == "mxfp4" and (swizzled := _swizzled_layout(value_layout, prepared.w.device)):
+        prepared.w = swizzle_mx_values(prepared.w, swizzled)
     return prepared
 
 
@@ -166,10 +168,11 @@ def _codec_options(fmt) -> tuple[str, ...]:
     return codec_of(fmt).options if fmt.scheme.codec else ()
 
 
-def _wants_hopper_layout(value_layout: str, device: torch.device) -> bool:
+def _swizzled_layout(value_layout: str, device: torch.device) -> str | None:
+    """The swizzled layout mxfp4 values are stored in, or None for strided ones."""
     if value_layout != "auto":
-        return value_layout == "hopper"
-    return device.type == "cuda" and target(device).wgmma
+        return None if value_layout == "strided" else value_layout
+    return "hopper" if device.type == "cuda" and target(device).wgmma else None
 
 
 def _check_outputs(bias, experts: int, out: int, gate_up) -> None:
