@@ -1,7 +1,8 @@
 """Probe, no GPU needed: which launch parameters give an MX kernel ptxas's in-flight wgmma register hazard.
 
     PYTHONPATH=. python bench/probes/offline_sm90_check.py --out DIR --cases "gpt-oss w1:8192" ... \
-        --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4|mxfp4-kscales|bf16] [--x mxfp8|e4m3] [--sass]
+        --tiles 128x256x64x16x3 128x256x64x16x3w ... [--format mxfp4|mxfp4-kscales|bf16] [--x mxfp8|e4m3] \
+        [--layout hopper_fp8] [--sass]
 
 Run it with the GPU machine's Triton: each case's call runs on CPU tensors of the real shapes, launch captured, bound
 for sm_90, compiled, disassembled and checked by wgmma_hazards; DIR/offline_sm90_check.csv: per case and tile, each
@@ -43,7 +44,7 @@ SM90 = GPUTarget("cuda", 90, 32)
 H200_SHARED_LIMIT = 232448  # bytes a block may use on sm_90
 
 
-def case_call(name: str, tokens: int, weight_format: str, max_experts: int, x_format: str = "bf16"):
+def case_call(name: str, tokens: int, weight_format: str, max_experts: int, x_format: str = "bf16", layout="hopper"):
     """The case's matmul_ogs call on CPU tensors of its shapes; past ``max_experts``, fewer experts and tokens with
     the same rows per expert (the same launch parameters and binaries, a fraction of the memory)."""
     if weight_format not in ("mxfp4", "mxfp4-kscales") and x_format != "mxfp8":
@@ -61,7 +62,7 @@ def case_call(name: str, tokens: int, weight_format: str, max_experts: int, x_fo
     if weight_format == "bf16":
         w = torch.empty(n_expts, k, n, dtype=torch.bfloat16)
     else:
-        w = swizzle_mx_values(torch.zeros(n_expts, n, k // 2, dtype=torch.uint8).mT, capability=(9, 0))
+        w = swizzle_mx_values(torch.zeros(n_expts, n, k // 2, dtype=torch.uint8).mT, layout, capability=(9, 0))
         scales = torch.zeros(n_expts, n, k // 32, dtype=torch.uint8).mT
         fields["weight_scale"] = scales if weight_format == "mxfp4-kscales" else scales.contiguous()
     pc = ogsgen.PrecisionConfig(**fields)
@@ -120,6 +121,7 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", default="mxfp4", choices=["mxfp4", "mxfp4-kscales", "bf16"])
     parser.add_argument("--x", default="bf16", choices=["bf16", "mxfp8", "e4m3"], help="mxfp8: MX; e4m3: per row")
+    parser.add_argument("--layout", default="hopper", choices=["hopper", "hopper_fp8"], help="of mxfp4 w")
     parser.add_argument("--sass", action="store_true", help="also write each kernel's SASS listing to DIR")
     parser.add_argument("--cases", nargs="+", required=True, help='"shape:tokens", shapes as in bench_moe')
     parser.add_argument("--tiles", nargs="+", default=[],
@@ -131,7 +133,7 @@ def main():
     rows = []
     for case in args.cases:
         name, tokens = case.rsplit(":", 1)
-        call = case_call(name, int(tokens), args.format, args.max_experts, args.x)
+        call = case_call(name, int(tokens), args.format, args.max_experts, args.x, args.layout)
         for tile in tiles:
             row = dict(case=case, tile="heuristic" if tile is None else tile_name(tile))
             try:
