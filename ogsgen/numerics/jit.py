@@ -278,16 +278,18 @@ def _over_word_bytes(table, SHAPE: tl.constexpr):
 
 
 @triton.jit
-def mxfp4_words_as_e4m3(w, low, high):
-    """A (R, S) e4m3 tile, in K order, of mxfp4 rows stored in the hopper_fp8 layout, each block's magnitudes read
-    from its table (low, high: (R, S // 32) int32, as e4m3_magnitude_tables gives them). w: (R // 16, S * 8) uint8,
-    S a multiple of 64: per 16-row slab, 512 bytes per 64 columns in the order (r, t, j, byte). The join and the
-    final permute only rename registers when the result feeds an fp8 wgmma's register operand."""
+def mxfp4_words_as_e4m3(w, d):
+    """A (R, S) e4m3 tile, in K order, of mxfp4 rows stored in the hopper_fp8 layout, each block's values times
+    2 ** d (d: (R, S // 32) int32 in [-5, 6]). w: (R // 16, S * 8) uint8, S a multiple of 64: per 16-row slab, 512
+    bytes per 64 columns in the order (r, t, j, byte). The tables are made after d's layout change (one int32 per
+    row and block moves, not two); the join and the final permute only rename registers when the result feeds an fp8
+    wgmma's register operand."""
     SLABS: tl.constexpr = w.shape[0]
     GROUPS: tl.constexpr = w.shape[1] // 512
     SHAPE: tl.constexpr = (SLABS, GROUPS, 8, 4, 4, 4)
-    low_r, low_r8 = tl.split(tl.permute(tl.reshape(low, (SLABS, 2, 8, GROUPS, 2)), (0, 3, 2, 4, 1)))  # [s, g, r, jh]
-    high_r, high_r8 = tl.split(tl.permute(tl.reshape(high, (SLABS, 2, 8, GROUPS, 2)), (0, 3, 2, 4, 1)))
+    d_r, d_r8 = tl.split(tl.permute(tl.reshape(d, (SLABS, 2, 8, GROUPS, 2)), (0, 3, 2, 4, 1)))      # [s, g, r, jh]
+    low_r, high_r = e4m3_magnitude_tables(d_r)
+    low_r8, high_r8 = e4m3_magnitude_tables(d_r8)
     row_r, row_r8 = tl.inline_asm_elementwise(
         WORD_TO_E4M3, "=r,=r," + "r," * 16 + "r",
         [tl.reshape(w, SHAPE), _over_word_bytes(low_r, SHAPE), _over_word_bytes(high_r, SHAPE),
@@ -313,7 +315,7 @@ def dot_mxfp4_folded(acc, w, w_scales, top, x, LAYOUT: tl.constexpr, MAX_NUM_IMP
     """acc + W^T @ X^T for one K step of e4m3 x (BM, BK) and a (BN, BK) mxfp4 W^T tile (in ``LAYOUT``, scales
     (BN, BK // 32)) whose columns' codes lie within the layout's fold window of ``top``: W as e2m1 * 2**(s - top + 6)."""
     if LAYOUT == "hopper_fp8":  # (its window is 11: s - top + 6 >= -5; blocks past K hold zeros, any table will do)
-        folded = mxfp4_words_as_e4m3(w, *e4m3_magnitude_tables(w_scales.to(tl.int32) - top[:, None] + 6))
+        folded = mxfp4_words_as_e4m3(w, w_scales.to(tl.int32) - top[:, None] + 6)
     else:
         codes = tl.maximum(w_scales.to(tl.int32) - top[:, None] + 133, 0)  # (blocks past K: code 0, values 0)
         folded = _mxfp4_as_e4m3(w, codes.to(tl.uint8), LAYOUT)
@@ -336,9 +338,10 @@ def dot_mxfp4_blocks(acc, w, w_scales, x, x_scales, LAYOUT: tl.constexpr, MAX_NU
     x_t = tl.trans(x)
     for j in tl.static_range(BLOCKS):
         block = tl.broadcast_to((tl.arange(0, BLOCKS) == j)[None, :], codes.shape)
-        if LAYOUT == "hopper_fp8":  # (its tables hold no scale's zeros: the other blocks' tables are)
-            low, high = e4m3_magnitude_tables(6)
-            alone = mxfp4_words_as_e4m3(w, tl.where(block, low, 0), tl.where(block, high, 0))
+        if LAYOUT == "hopper_fp8":  # (its tables have no zero scale: the other blocks' words are zeroed)
+            offs = tl.arange(0, w.shape[1])
+            in_block = (offs // 512 * 2 + offs // 8 % 2 == j)[None, :]
+            alone = mxfp4_words_as_e4m3(tl.where(in_block, w, 0), tl.full(codes.shape, 6, tl.int32))
         else:
             alone = _mxfp4_as_e4m3(w, tl.where(block, 133, 0).to(tl.uint8), LAYOUT)
         product = tl.dot(alone, x_t, max_num_imprecise_acc=MAX_NUM_IMPRECISE_ACC)
