@@ -88,7 +88,7 @@ def contiguous(dg, x8, x_scale, w, w_scale, topk_ids, gather, products):
 
 
 def masked(dg, x8, x_scale, w, w_scale, topk_ids, gather, products):
-    """(run, reference) of m_grouped_fp8_gemm_nt_masked on the gates' rows; both give (E, max_m, N)."""
+    """(run, reference) of fp8_m_grouped_gemm_nt_masked on the gates' rows; both give (E, max_m, N)."""
     gates, experts, src = _gates(topk_ids, gather)
     counts = torch.bincount(experts, minlength=w.shape[0])
     slot = torch.arange(len(gates), device=x8.device) - (torch.cumsum(counts, 0) - counts)[experts]
@@ -103,7 +103,7 @@ def masked(dg, x8, x_scale, w, w_scale, topk_ids, gather, products):
     out = torch.zeros(w.shape[0], max_m, w.shape[2], dtype=torch.bfloat16, device=x8.device)
 
     def run():
-        dg.m_grouped_fp8_gemm_nt_masked((a, a_scale), (w.mT, w_scale.mT), out, masked_m, expected_m)
+        dg.fp8_m_grouped_gemm_nt_masked((a, a_scale), (w.mT, w_scale.mT), out, masked_m, expected_m)
         return out
 
     def reference():

@@ -392,7 +392,7 @@ class _DeepGEMMContract:
             if len(picked):
                 d[picked] = self._products(rows[picked], rows_scales[picked], w[expert], w_scales[expert]).to(d.dtype)
 
-    def m_grouped_fp8_gemm_nt_masked(self, a, b, d, masked_m, expected_m):
+    def fp8_m_grouped_gemm_nt_masked(self, a, b, d, masked_m, expected_m):
         (rows, rows_scales), (w, w_scales) = a, b
         self._check(rows_scales, w, w_scales)
         assert masked_m.dtype == torch.int32 and expected_m >= 1

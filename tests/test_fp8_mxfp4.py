@@ -121,7 +121,7 @@ def test_edge_scale_codes(layout, device):
     x_scale = torch.tensor([2.0 ** -20, 2.0 ** -7, 1.0, 2.0 ** 7, 2.0 ** 20], device=device)[:, None]
     x_ref = x.double() * x_scale.double()
     w = in_layout(values.mT, layout)
-    with ogsgen.opt_flags_constraints(block_m=16, block_n=16, block_k=64):
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=16, block_k=64, num_warps=4):
         y = run(x, w, None, {"act_scale": x_scale}, scales.mT)
     want = (x_ref @ w_ref).float().double()  # float64's products, in fp32's range (inf past it)
     nan_columns = (scales == 255).any(-1)
@@ -234,3 +234,19 @@ def test_errors(device):
     for x_arg, pc, message in bad:
         with pytest.raises(ogsgen.SpecError, match=message):
             matmul_ogs(x_arg, w, None, precision_config=pc)
+
+
+def test_hopper_fp8_tiles_give_each_thread_whole_words(device):
+    """A 16 x 64 W tile on 8 warps has fewer hopper_fp8 words than threads: it computed wrong values on an H100
+    (Triton 3.6, 2026-12-07), so it is refused with the rule; on 4 warps it runs."""
+    x, fields, x_ref = e4m3_x((8, 128), device, "row")
+    w, scales, w_ref = mxfp4_w(128, 16, device, layout="hopper_fp8")
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=16, block_k=64, num_warps=8):
+        with pytest.raises(ogsgen.InapplicableConstraintError, match=r"hopper_fp8-layout mxfp4 weights give each "
+                                                                    r"thread whole 4-byte words, so block_n \* block_k "
+                                                                    r"must be at least 2048"):
+            run(x, w, None, fields, scales)
+    with ogsgen.opt_flags_constraints(block_m=16, block_n=16, block_k=64, num_warps=4):
+        y = run(x, w, None, fields, scales)
+    want = x_ref @ w_ref
+    assert_fp32_sums(want, fp32_bound(x_ref, w_ref) + 2.0 ** -23 * want.abs(), y)

@@ -366,6 +366,11 @@ def test_fp8_x_with_mxfp4_weights_takes_64_deep_k_steps_of_at_most_64_rows():
         assert _tile(fp8_x(2048, 5760, 2880, layout))[:5] == (64, 128, 64, 4, 3)
         assert _tile(fp8_x(64, 2880, 2880, layout))[:5] == (16, 256, 64, 8, 3)
     assert _tile(fp8_x(8, 96, 256))[:5] == (16, 128, 64, 8, 3)  # N of one 128-column tile keeps it
+    # hopper_fp8 words: 64-row tiles capped at 128 registers, 16 rows on 4 warps; 4 stages (0.60-0.69x the time of
+    # the tiles above on an H100, gpt-oss w1/w2, 2026-12-07: bench/results/2026-12-07h-fp8words)
+    for tokens, rows_tile, maxnreg in ((8192, 64, 128), (2048, 64, 128), (2, 16, None)):
+        flags = fp8_x(tokens, 5760, 2880, "hopper_fp8")
+        assert (*_tile(flags)[:5], flags.maxnreg) == (rows_tile, 128, 64, 4, 4, maxnreg)
     # mxfp8 x (upcast to bf16) keeps the hopper tiles of bf16 x
     mxfp8_x = make_opt_flags(TileProblem(1, 1, 8192 * 4, 5760, 2880, 1, 128, 256, True, 132, "hopper", mx_scales_n_contiguous=True,
                              x_mx=True))

@@ -349,12 +349,18 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
         # bench/NOTES.md, "fp8 x with mxfp4 w"). 64-row tiles: 128 columns on 4 warps (0.82-0.86x the time of
         # 64x256x64 on 8 warps on an H100, gpt-oss w1/w2 at T=2048 and 8192, 2026-12-07, docs/heuristics.md);
         # fewer rows: 256 columns where N has them, on 8 warps (not measured on a GPU).
-        # hopper_fp8 words (no bf16 step, no shared-memory pass) leave room for 128-row tiles on 8 warps: 128 K loop
-        # instructions per step and no spills, offline (sm_90, Triton 3.6); not measured on a GPU.
-        block_m = min(flags.block_m, 128 if p.w_mx_layout == "hopper_fp8" else 64)
+        block_m = min(flags.block_m, 64)
         wide = p.n > 128 and block_m < 64
         flags = replace(flags, block_m=block_m, block_n=256 if wide else min(flags.block_n, 128), block_k=64,
-                        num_warps=8 if wide or block_m != 64 else 4, num_stages=3, **_MEASURED_FOR_ITS_TILE)
+                        num_warps=8 if wide or block_m < 64 else 4, num_stages=3, **_MEASURED_FOR_ITS_TILE)
+        if p.w_mx_layout == "hopper_fp8":
+            # At 255 registers a 64x128x64 tile runs two 4-warp blocks per SM and its K loop waits on latency (ncu,
+            # gpt-oss w1 T=2048: 12% occupancy, no eligible warp 72% of the time). Capped at 128 registers (96 bytes
+            # spill) in 4 stages it took 0.68x, 0.60x and 0.69x the time (gpt-oss w1 T=2048 and 8192, w2 T=2048);
+            # fewer rows: 16x128x64 on 4 warps in 4 stages, 0.60x the 16x256x64/8-warp tile's (gpt-oss w2 T=8).
+            # 128-row tiles on 8 warps were slower. An H100, 2026-12-07 (docs/heuristics.md).
+            flags = replace(flags, block_n=128, num_warps=4, num_stages=4,
+                            maxnreg=128 if block_m == 64 else None)
     if p.k_group and flags.block_m == 16 and flags.block_n == 128 and flags.split_k == 1:
         # fp8 block-scaled decode rows: 64-column tiles in 6 stages (twice the tiles, each streaming its W with
         # 48 KiB in flight), 1-9% faster than 16x128x128 in 4 stages on an H100 (Qwen3-30B-A3B and DeepSeek-V3
@@ -455,6 +461,12 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if w_mx_layout in ("hopper", "hopper_fp8") and flags.block_n % 16:
         return (f"block_n={flags.block_n}: {w_mx_layout}-layout mxfp4 weights come in slabs of 16 columns of N, so "
                 f"block_n must be a multiple of 16")
+    if w_mx_layout == "hopper_fp8" and flags.block_n * flags.block_k < 256 * flags.num_warps:
+        # On an H100 (Triton 3.6, 2026-12-07) 16 x 64 W tiles on 8 warps converted wrong values: with fewer words
+        # than threads Triton spreads a word's bytes over several threads, and the packed conversion reads them.
+        return (f"block_n={flags.block_n}, block_k={flags.block_k}, num_warps={flags.num_warps}: hopper_fp8-layout "
+                f"mxfp4 weights give each thread whole 4-byte words, so block_n * block_k must be at least "
+                f"{256 * flags.num_warps} (256 per warp); take a wider tile or fewer warps")
     if w_mx_layout is not None and flags.block_k < MX_BLOCK:  # (scale blocks of 16: NVFP4)
         # On an H100 (Triton 3.6, 2026-12-06) 16-deep K steps of NVFP4 weights gave wrong results at block_m=16,
         # block_n=32 (mma.sync), from an upcast that is exact alone: docs/formats.md, "NVFP4 weights".
