@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import torch
 
-HOPPER_GROUP = 64          # K rows per group of words
-HOPPER_SLAB = 16           # N columns per slab of words
+from .codes import HOPPER_GROUP, HOPPER_SLAB, padded_codes, strided_values
 
 # Where each e2m1 bit of a word's 8 values lies: WORD_BITS[register][lane][bit], bit 3 the sign, 2..1 the
 # exponent, 0 the mantissa. The upcast puts a nibble's bits at 15, 8, 7, 6 of its bf16 lane (sign, then the
@@ -94,13 +93,9 @@ class HopperLayout:
     @staticmethod
     def swizzle(values: torch.Tensor) -> torch.Tensor:
         """One matrix of strided values (K // 2, N) uint8 -> its words (stored_shape(K, N)) int32."""
-        k, n = 2 * values.shape[-2], values.shape[-1]
-        columns = values.mT                                                                      # (N, K // 2)
-        codes = torch.stack([columns & 15, columns >> 4], dim=-1).flatten(-2).to(torch.int32)   # (N, K)
-        return _words_of_codes(torch.nn.functional.pad(codes, (0, -k % HOPPER_GROUP, 0, -n % HOPPER_SLAB)))
+        return _words_of_codes(padded_codes(values))
 
     @staticmethod
     def unswizzle(words: torch.Tensor, k: int, n: int) -> torch.Tensor:
         """The inverse of :meth:`swizzle`: one matrix's words -> its strided values (K // 2, N) uint8."""
-        codes = _codes_of_words(words)[:n, :k]                                                  # (N, K)
-        return (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8).mT
+        return strided_values(_codes_of_words(words)[:n, :k])

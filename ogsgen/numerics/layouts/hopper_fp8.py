@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .hopper import HOPPER_GROUP, HOPPER_SLAB
+from .codes import HOPPER_GROUP, HOPPER_SLAB, padded_codes, strided_values
 
 
 class HopperFp8Layout:
@@ -35,20 +35,17 @@ class HopperFp8Layout:
     @staticmethod
     def swizzle(values: torch.Tensor) -> torch.Tensor:
         """One matrix of strided values (K // 2, N) uint8 -> its bytes (stored_shape(K, N)) uint8."""
-        k, n = 2 * values.shape[-2], values.shape[-1]
-        columns = values.mT                                                                      # (N, K // 2)
-        codes = torch.stack([columns & 15, columns >> 4], dim=-1).flatten(-2)                    # (N, K)
-        codes = torch.nn.functional.pad(codes, (0, -k % HOPPER_GROUP, 0, -n % HOPPER_SLAB))
+        codes = padded_codes(values)
         slabs, groups = codes.shape[0] // HOPPER_SLAB, codes.shape[1] // HOPPER_GROUP
         # A value at (N, K) = (16 s + 8 q + r, 64 g + 16 j + 4 t + 2 b + h) is nibble h of byte 2 q + b of word
         # (r, t, j): (s, q, r, g, j, t, b, h) in value order, (s, g, r, t, j, q, b, h) in stored order.
         nibbles = codes.reshape(slabs, 2, 8, groups, 4, 4, 2, 2).permute(0, 3, 2, 5, 4, 1, 6, 7)
-        return (nibbles[..., 0] | (nibbles[..., 1] << 4)).reshape(slabs, groups * 512).contiguous()
+        return (nibbles[..., 0] | (nibbles[..., 1] << 4)).reshape(slabs, groups * 512).to(torch.uint8)
 
     @staticmethod
     def unswizzle(stored: torch.Tensor, k: int, n: int) -> torch.Tensor:
         """The inverse of :meth:`swizzle`: one matrix's bytes -> its strided values (K // 2, N) uint8."""
         slabs, groups = stored.shape[0], stored.shape[1] // 512
         nibbles = torch.stack([stored & 15, stored >> 4], dim=-1).reshape(slabs, groups, 8, 4, 4, 2, 2, 2)
-        codes = nibbles.permute(0, 5, 2, 1, 4, 3, 6, 7).reshape(slabs * HOPPER_SLAB, groups * HOPPER_GROUP)[:n, :k]
-        return (codes[:, 0::2] | (codes[:, 1::2] << 4)).mT
+        codes = nibbles.permute(0, 5, 2, 1, 4, 3, 6, 7).reshape(slabs * HOPPER_SLAB, groups * HOPPER_GROUP)
+        return strided_values(codes[:n, :k])
