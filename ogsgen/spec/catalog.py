@@ -29,8 +29,8 @@ from pathlib import Path
 
 from ..errors import CatalogError, OgsgenError, SpecTypeError
 from .builtins import swiglu
-from .formats import (BF16, FP8_E4M3, FP8_E4M3_B128, FP8_E4M3_CHANNEL, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP8_E4M3,
-                      NVFP4)
+from .formats import (BF16, FP8_E4M3, FP8_E4M3_B128, FP8_E4M3_CHANNEL, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP4_HOPPER_FP8,
+                      MXFP8_E4M3, NVFP4)
 from .variant import FEATURES, KernelVariant, canonical_name, companions
 
 DEFAULT_CATALOG_NAME = "ogsgen:default"
@@ -92,7 +92,7 @@ def variant_product(formats, activations=(None,), epilogues=(None,), family="mat
 
 
 _BLOCK_F32 = [(FP8_E4M3_B128, FP8_E4M3_B128, BF16), (FP8_E4M3_CHANNEL, FP8_E4M3_CHANNEL, BF16)]
-_E4M3_X_MXFP4_W = [(x, w, BF16) for x in (FP8_E4M3, FP8_E4M3_CHANNEL) for w in (MXFP4, MXFP4_HOPPER)]
+_E4M3_X_MXFP4_W = [(x, w, BF16) for x in (FP8_E4M3, FP8_E4M3_CHANNEL) for w in (MXFP4, MXFP4_HOPPER, MXFP4_HOPPER_FP8)]
 
 
 def default_catalog() -> Catalog:
@@ -156,7 +156,8 @@ def default_catalog() -> Catalog:
         *variant_product([(MXFP8_E4M3, w, BF16) for w in (BF16, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, FP8_E4M3)],
                          bias=(False, True)),
         # fp8 activations with mxfp4 weights (fp8 tensor cores, the weights converted to e4m3 in the kernel): e4m3 x
-        # with a static scale per tensor or a dynamic one per row, gpt-oss's two MoE matmuls and dense calls.
+        # with a static scale per tensor or a dynamic one per row, gpt-oss's two MoE matmuls and dense calls, in
+        # every value layout (hopper_fp8: the one for this x on Hopper).
         *variant_product(_E4M3_X_MXFP4_W, activations=(swiglu,), ragged=(True,), gather=(True,), bias=(False, True)),
         *variant_product(_E4M3_X_MXFP4_W, ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
         *variant_product(_E4M3_X_MXFP4_W, bias=(False, True)),
