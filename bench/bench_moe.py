@@ -10,8 +10,9 @@ Shapes: MOE_SHAPES, T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880. W
 K-contiguous), mxfp4 (the layout prepare_expert_weights picks, hopper on an H200, N-contiguous scales; mxfp4-strided,
 mxfp4-kscales for probes; mxfp4-e4m3x: x in e4m3 per row, w in the hopper_fp8 layout (-hopper: the hopper layout),
 mxfp4-mxfp8x: x in mxfp8 (e8m0 scales per 32 of K), each quantized before the timed call, no triton_kernels),
-fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x quantized by the call, fp8 cuBLAS as yardstick
-and ceiling; b128's w1 also writes its rows as e4m3 for w2, fused or by a quantize_fp8 pass). Peers, in the same
+fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x quantized by the call; fp8e4m3: one scale per
+expert and one for x, quantized beforehand; fp8 cuBLAS as yardstick and ceiling; b128's w1 also writes its rows
+as e4m3 for w2, fused or by a quantize_fp8 pass). Peers, in the same
 process: triton_kernels' matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe Triton kernel (bf16, and fp8 w8a8
 with 128 x 128 blocks on x quantized beforehand; vLLM's default config, the expert alignment precomputed; w2 weights
 each row by its gate, then a sum over the top-k), DeepGEMM's grouped fp8 GEMMs (fp8e4m3_b128: contiguous, and
@@ -68,7 +69,7 @@ MOE_SHAPES = {  # name: (E, top_k, K, N, mode)
     "Qwen3-30B-A3B w2": (128, 8, 768, 2048, "scatter"),
 }
 FP8_FORMATS = ("fp8e4m3_b128", "fp8e4m3_channel")  # checkpoint fp8 formats (x quantized by the call)
-FP8_DOTS = (*FP8_FORMATS, "mxfp4-e4m3x", "mxfp4-e4m3x-hopper")  # fp8 dots: their yardstick and ceiling are fp8 cuBLAS's
+FP8_DOTS = (*FP8_FORMATS, "fp8e4m3", "mxfp4-e4m3x", "mxfp4-e4m3x-hopper")  # their yardstick and ceiling: fp8 cuBLAS
 DENSE_YARDSTICK_TOKENS = 2048  # MoE cases from this many tokens also time a dense matmul of the same M·N·K
 DENSE_SHAPES = [(8192, 8192, 8192), (4096, 5760, 2880), (64, 5760, 2880)]
 GRAPH_ROUNDS, GRAPH_REP_MS = 3, 40
@@ -281,7 +282,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         # Scales N-contiguous, as prepare_expert_weights stores them; mxfp4-kscales (a probe): K-contiguous.
         pc = lib.PrecisionConfig(weight_scale=scales.mT if weight_format == "mxfp4-kscales"
                                     else scales.mT.contiguous())
-        if weight_format.startswith("mxfp4-e4m3x"):  # fp8 tensor cores: x in e4m3 with a scale per row (docs/formats.md)
+        if weight_format.startswith("mxfp4-e4m3x"):  # fp8 tensor cores: x in e4m3, a scale per row (docs/formats.md)
             x, x_scale = lib.numerics.quantize_fp8(x, (1, 0))
             pc.act_scale = x_scale
         elif weight_format == "mxfp4-mxfp8x":  # the seed's MX activations, upcast to bf16 in registers
@@ -294,6 +295,12 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         w, pc = prepared.w, prepared.precision_config()
         w_bytes = active * k * n + active * prepared.weight_scale[0].numel() * 4
         expert_w = lambda e: dequantized_expert(prepared, e)  # noqa: E731
+    elif weight_format == "fp8e4m3":  # per-tensor fp8: one scale per expert's w and one for x, quantized beforehand
+        prepared, x_scale = lib.prepare_expert_weights(dense_w.mT, format="fp8e4m3"), x.abs().amax().float() / 448
+        x = (x.float() / x_scale).to(torch.float8_e4m3fn)
+        w, pc = prepared.w, prepared.precision_config(flex_ctx=lib.FlexCtx(lib.InFlexData(scale=x_scale[None])))
+        w_bytes = active * k * n
+        expert_w = lambda e: prepared.w[e].float() * prepared.scale[e]  # noqa: E731
     elif weight_format in ("bf16", "bf16-kmajor"):
         # bf16-kmajor: the same values K-contiguous, as nn.Linear checkpoints and vLLM's (E, N, K) weights hold them
         w, pc = (dense_w if weight_format == "bf16" else dense_w.mT.contiguous().mT), lib.PrecisionConfig()
@@ -307,6 +314,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     # fp8 formats: the reference takes x as the call quantizes it (the contract: docs/formats.md)
     x_ref = fp8_as_computed(x, weight_format) if weight_format in FP8_FORMATS else x
     x_ref = x.float() * pc.act_scale if weight_format.startswith("mxfp4-e4m3x") else x_ref
+    x_ref = x.float() * x_scale if weight_format == "fp8e4m3" else x_ref
     x_ref = dequantize_mx_torch(x, pc.act_scale, "e4m3") if weight_format == "mxfp4-mxfp8x" else x_ref
     yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
     if weight_format == "fp8e4m3_b128" and mode == "gather":  # w1's rows as w2's e4m3 input, fused or by a pass
