@@ -156,8 +156,8 @@ class Operands:
             # MX scales K-contiguous as quantize_mx makes them, or N-contiguous as prepare_expert_weights stores them
             self.w, self.pc_fields["weight_scale"] = values.mT, scales.mT.contiguous() if scales_n_contiguous \
                 else scales.mT
-            if variant.w.layout == "hopper":
-                self.w = swizzle_mx_values(values.mT)
+            if variant.w.layout != "strided":
+                self.w = swizzle_mx_values(values.mT, variant.w.layout)
             self.w_ref = dequantize_mx_torch(values, scales, variant.w.element).mT
         elif variant.w.scaling == "block_e4m3":
             # NVFP4: quantized per expert over K in whole blocks of 16, then cut to K's bytes and blocks

@@ -7,7 +7,7 @@ metadata), gather and/or scatter, bias (1-D, or 2-D per expert or batch entry, o
 routing's gate weights among them), out_alpha, the fused SwiGLU, y_acc_in (3-D too, in another dtype too), forced
 tiles, split K, the persistent kernel and enforce_bitwise_invariance; formats bf16, fp16 and fp32, fp8 flexpoint
 (x and w, in one format or mixed, 16-bit x with fp8 w, fp8 outputs with or without an expected scale), and
-mxfp4 / mxfp8 weights (strided in any layout, mxfp4 in the hopper layout, or made by ``prepare_expert_weights``)
+mxfp4 / mxfp8 weights (strided in any layout, mxfp4 in a hopper layout, or made by ``prepare_expert_weights``)
 with 16-bit x, and mxfp4 with e4m3 x scaled per tensor or per row. Each call is checked against the
 float32 reference on the same (dequantized) operands within its output format's rounding (an fp8 output value by
 value, to an ulp, with its actual_scale), and for what a kernel must not do: write outside y's view or into the rows
@@ -95,7 +95,8 @@ FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 PLAIN = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPES = {**PLAIN, **FP8}
 PREPARE_FORMATS = {"fp8-e4m3": "fp8e4m3", "fp8-e5m2": "fp8e5m2", "mxfp4": "mxfp4", "mxfp4-hopper": "mxfp4",
-                   "mxfp8-e4m3": "mxfp8e4m3", "mxfp8-e5m2": "mxfp8e5m2"}
+                   "mxfp4-hopper-fp8": "mxfp4", "mxfp8-e4m3": "mxfp8e4m3", "mxfp8-e5m2": "mxfp8e5m2"}
+SWIZZLED = {"mxfp4-hopper": "hopper", "mxfp4-hopper-fp8": "hopper_fp8"}  # w formats in a swizzled value layout
 
 
 pytestmark = pytest.mark.usefixtures("kernels_on_demand")  # every variant a fuzzed call needs
@@ -163,7 +164,7 @@ class Case:
     seed: int
     mode: str                    # "dense" | "batched" | "moe"
     x: str                       # x format: fp16, bf16, fp32, e4m3, e5m2
-    w: str                       # w format: "plain" (x's), "fp8-e4m3", "mxfp4", "mxfp4-hopper", "mxfp8-e5m2", ...
+    w: str                       # w format: "plain" (x's), "fp8-e4m3", "mxfp4", "mxfp4-hopper(-fp8)", "mxfp8-e5m2", ...
     out: str | None              # precision_config.out_dtype (None: the default)
     m: int                       # dense/batched rows; MoE: tokens
     n: int
@@ -228,7 +229,7 @@ def cases(draw, modes=("dense", "batched", "moe"), scaled: bool = False):
             w = f"fp8-{draw(st.sampled_from([x, x, 'e4m3', 'e5m2']))}"  # mostly x's format, also the other one
             out = draw(st.sampled_from(plain_outs + ["e4m3", "e5m2"]))
         elif kind == "e4m3 x, mxfp4 w":  # fp8 dots on W converted to e4m3
-            x, w = "e4m3", draw(st.sampled_from(["mxfp4", "mxfp4-hopper"]))
+            x, w = "e4m3", draw(st.sampled_from(["mxfp4", "mxfp4-hopper", "mxfp4-hopper-fp8"]))
             out = draw(st.sampled_from(plain_outs + ["e4m3", "e5m2"]))
         elif kind == "fp8 out":
             x, w = draw(st.sampled_from(["bf16", "fp16", "fp32"])), "plain"
@@ -240,7 +241,7 @@ def cases(draw, modes=("dense", "batched", "moe"), scaled: bool = False):
                                                                              else [])))
             out = draw(st.sampled_from(plain_outs + ["e4m3", "e5m2"]))
     mx = w.startswith("mx")
-    hopper = w == "mxfp4-hopper"
+    hopper = w in SWIZZLED
     wide_k = mx or x in FP8  # block_k >= 32 (fp8 dot, one scale per 32 rows)
     swiglu = draw(st.one_of(st.none(), st.tuples(st.sampled_from([1.702, 1.0, 0.5]),
                                                   st.sampled_from([7.0, 1.0, 0.25]))))
@@ -428,9 +429,9 @@ class Call:
             checkpoint_bias = rng.randn(n_w, c.n) if c.bias == "2d" else None
             prepared = ogsgen.prepare_expert_weights(
                 checkpoint, checkpoint_bias, layout=c.prepared, gate_up=c.gate_up, format=PREPARE_FORMATS[c.w],
-                value_layout="hopper" if c.w == "mxfp4-hopper" else "strided")
+                value_layout=SWIZZLED.get(c.w, "strided"))
             self.w, self.w_ref, prepared_bias = prepared.w, prepared.dequantize(), prepared.bias
-            data = self.w.data if c.w == "mxfp4-hopper" else self.w
+            data = self.w.data if c.w in SWIZZLED else self.w
             self.storages["w"] = (data, _bits(data))
             if prepared.scale is not None:
                 flex["rhs_data"] = InFlexData(scale=prepared.scale)
@@ -454,8 +455,8 @@ class Call:
             self.w_ref = dequantize_mx_torch(values, scales, element).mT
             values, scales = values.mT, scales.mT  # (..., K/2 or K, N), (..., K/32, N): any layout (drawn)
             pc_fields["weight_scale"] = self._input("w_scale", scales)
-            if c.w == "mxfp4-hopper":
-                self.w = swizzle_mx_values(values)
+            if c.w in SWIZZLED:
+                self.w = swizzle_mx_values(values, SWIZZLED[c.w])
                 self.storages["w"] = (self.w.data, _bits(self.w.data))
             else:
                 self.w = self._input("w", values)

@@ -43,10 +43,10 @@ SMALL_BLOCKS = dict(block_m=16, block_n=32, block_k=16)
 
 
 def small_blocks(variant):
-    # MX weights carry a scale per 32 rows of K (hopper-layout ones come in 64-row groups), MX activations per 32
+    # MX weights carry a scale per 32 rows of K (swizzled ones come in 64-row groups), MX activations per 32
     # columns, and an fp8 dot and weights upcast in registers need K tiles of 32 at least.
     wide_k = variant.w.scales_apply == "operand" or variant.x.bits == 8  # (NVFP4 too: 16-deep steps are refused)
-    blocks = dict(SMALL_BLOCKS, block_k=64 if variant.w.layout == "hopper" else 32 if wide_k else 16)
+    blocks = dict(SMALL_BLOCKS, block_k=64 if variant.w.layout != "strided" else 32 if wide_k else 16)
     if variant.y.has_block_scales:  # an output's tiles hold whole scale blocks (mxfp8: 32 columns, fp8: 128)
         blocks = dict(blocks, block_n=variant.y.block_size * variant.reduction_n)
     return blocks
