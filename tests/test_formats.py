@@ -672,6 +672,13 @@ def test_mxfp8_weights_refuse_a_float32_act_scale(element, device):
 
 # ---------------------------------------------------------------- weight preparation
 
+@pytest.mark.parametrize("format", ["bf16", "fp8e4m3", "mxfp4", "mxfp8e4m3", "nvfp4"])
+def test_prepared_weights_of_no_experts_dequantize_to_nothing(format, device):
+    # (found by the fuzzer: fp8e4m3's per-expert scale of no experts was taken for one scale of the whole tensor)
+    prepared = ogsgen.prepare_expert_weights(torch.randn(0, 48, 64, device=device), format=format)
+    assert prepared.dequantize().shape == (0, 64, 48)
+
+
 @pytest.mark.parametrize("format,value_layout", [("bf16", "auto"), ("fp8e4m3", "auto"), ("mxfp4", "strided"),
                                                  ("mxfp4", "hopper"), ("mxfp4", "hopper_fp8"), ("mxfp8e4m3", "auto")])
 @pytest.mark.parametrize("layout,gate_up", [("out_in", "concatenated"), ("in_out", "interleaved"), ("out_in", None)])

@@ -78,7 +78,7 @@ class ScaledOperand:
     @property
     def global_scale_per_batch(self) -> bool:
         """One per-tensor scale per expert or batch entry, not one for the whole tensor."""
-        return self.global_scale is not None and self.global_scale.numel() > 1
+        return self.global_scale is not None and self.global_scale.numel() != 1  # (none for no experts)
 
     def with_block_scales(self, values: torch.Tensor, block_scales: torch.Tensor) -> "ScaledOperand":
         """This operand's description for other values and scales of its format (an activation quantized in the
