@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ogsgen.spec import KernelVariant
+from ogsgen.runtime import loader
+from ogsgen.spec import KernelVariant, canonical_name
 from ogsgen.runtime.opt_flags import TileProblem, make_opt_flags
 from ogsgen.runtime.warmup import RoutingWarmup, WarmupCall, reachable_flags, warmup_calls
 from ogsgen.spec.catalog import default_catalog
@@ -81,7 +82,6 @@ def test_warmup_covers_every_matmul_variant_and_the_routing_kernels(device):
 def test_warmup_of_the_sending_top_k_reduce_is_a_valid_call(device, monkeypatch):
     """A scatter call with fused communication, whose top-k reduce sends each token's row to the ranks' buffers: it
     launches that reduce variant (for every rank count warmed)."""
-    from ogsgen.runtime import loader
     if device == "cuda":
         pytest.skip("checked through the interpreter (the GPU warm-up test compiles for real)")
     reduce = next(v for v in DEFAULT.values() if v.family == "reduce" and v.fused_comm and v.gammas)
@@ -96,13 +96,18 @@ def test_warmup_of_the_sending_top_k_reduce_is_a_valid_call(device, monkeypatch)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n, v in DEFAULT.items() if v.family == "matmul"))
-def test_warmup_call_is_a_valid_matmul_ogs_call(name, device):
-    """Each variant's warm-up call goes through matmul_ogs's checks and launches (smallest configuration)."""
+def test_warmup_call_is_a_valid_matmul_ogs_call(name, device, monkeypatch):
+    """Each variant's warm-up call goes through matmul_ogs's checks and launches that variant (smallest
+    configuration). (e4m3 x with a scale per row was warmed as bf16 x, another variant, until 2026-12-07.)"""
     if device == "cuda":
         pytest.skip("a compile per variant; checked through the interpreter (the GPU warm-up test compiles for real)")
+    launched, original = [], loader.kernel_for
+    monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(variant) or
+                        original(variant, persistent))
     calls = [c for c in warmup_calls([DEFAULT[name]], H200_SMS) if isinstance(c, WarmupCall)]
     smallest = min(calls, key=lambda c: (c.flags.block_m * c.flags.block_n, c.flags.split_k, c.k))
     smallest.run(device)
+    assert DEFAULT[name] in launched, [canonical_name(v) for v in launched]
 
 
 @pytest.mark.slow

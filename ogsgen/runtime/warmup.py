@@ -41,6 +41,7 @@ from ..devices import target
 from ..errors import OgsgenError
 from ..moe.routing import routing, routing_from_topk
 from ..moe.weights import prepare_expert_weights
+from ..numerics.fp8_blocks import quantize_fp8
 from ..numerics.kernels import quantize_mx
 from ..numerics.layouts import swizzle_mx_values
 from ..spec.catalog import default_catalog, load_catalog_file
@@ -99,6 +100,8 @@ class WarmupCall:
         x = torch.randn(x_rows, k, device=device)
         if v.x.scales_apply == "operand":  # mxfp8 x: its values and e8m0 scales, as quantize_mx makes them
             x, fields["act_scale"] = quantize_mx(x, v.x.element)
+        elif v.folds_mx_scales and v.x.has_block_scales:  # e4m3 x with mxfp4 w: x comes with a scale per row
+            x, fields["act_scale"] = quantize_fp8(x, (1, 0))
         else:  # (block-scaled fp8 x: bf16, quantized by the call, as a serving process's first layer passes it)
             x = x.to(torch.bfloat16 if v.x.has_block_scales else v.x.torch_dtype)
         flex = fields.pop("flex_ctx", FlexCtx())
@@ -256,14 +259,14 @@ def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, devi
     """w and the PrecisionConfig fields of its format, laid out as prepare_expert_weights lays them out."""
     fmt = variant.w
     prepared = prepare_expert_weights(torch.randn(n_experts or 1, n, k, device=device),
-                                      format="mxfp4" if fmt.layout == "hopper" else fmt.name, value_layout="strided")
+                                      format="mxfp4" if fmt.layout != "strided" else fmt.name, value_layout="strided")
     w, weight_scale, scale = prepared.w, prepared.weight_scale, prepared.scale
     if n_experts is None:  # a dense call: one (K, N) matrix
         w, weight_scale = w[0], weight_scale[0] if weight_scale is not None else None
     fields = {"weight_scale": weight_scale} if weight_scale is not None else {}
     if scale is not None:
         fields["flex_ctx"] = FlexCtx(rhs_data=InFlexData(scale=scale))
-    return (swizzle_mx_values(w) if fmt.layout == "hopper" else w), fields
+    return (swizzle_mx_values(w, fmt.layout) if fmt.layout != "strided" else w), fields
 
 
 def _catalog_variants(spec: str | None, names: list[str]):
