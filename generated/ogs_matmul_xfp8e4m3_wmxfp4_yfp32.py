@@ -14,8 +14,8 @@ PROVENANCE = {
     'catalog': 'ogsgen:default',
     'functions': {},
     'helpers': {
-        'dot_mxfp4_blocks': 'ecdf188538783b2b5729fd5716c1ac571ac619ac9e40333f537ffceb8679082c',
-        'dot_mxfp4_folded': '5e1a7b0ecd9caa2cbb5315875f7bb401ae91fadb626f601a47f6652594b8ff54',
+        'dot_mxfp4_blocks': '308ef535b9f6f567d2de16bb324db90e9628c8aff23e22f78fea96e353a35cfe',
+        'dot_mxfp4_folded': 'bb2a4dc9c54996ecbcd6d2a0fb29a552da245c883db156b41fb5ef3904fc9638',
         'mxfp4_fold_reference': '33a6a0da5a18578116b4a8c5dadd00619b1a70f859be37ccf066ec416bf25c25',
         'request_wgmma_waits': 'e1346c903be90d27eff44d9f73816aaaf9453cce4f70e55f12f736403cfd389d',
         'unfold_mxfp4_scales': 'd83d97858c69b5a36e2c14e41c225dbdb639957865a4c085430c701a3246866d',

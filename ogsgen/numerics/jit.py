@@ -227,10 +227,11 @@ def upcast_mxfp4_hopper_words(words, scales):
 
 # e4m3 x with mxfp4 w (docs/formats.md, "fp8 activations with mxfp4 weights"). e2m1 values have two significant bits,
 # so e2m1 * 2**j is an e4m3 value for j in [-8, 6]. Where a W tile's every column has its scale codes over K within 14
-# of its largest, r (11 in the hopper_fp8 layout, whose conversion gives e4m3 normals only), each block of code s becomes the e4m3 values e2m1 * 2**(s - r + 6) exactly, one fp8 dot
-# accumulates all of K, and the result is multiplied by x's scale, then by 2**(r - 133) (exact: in this order no
-# scale code under- or overflows a product that fp32 holds). Other tiles take each K step's blocks alone. (A branch
-# on the codes inside the K loop would keep Triton from pipelining its loads: the choice is made once, before it.)
+# of its largest, r (11 in the hopper_fp8 layout, whose conversion gives e4m3 normals only), each block of code s
+# becomes the e4m3 values e2m1 * 2**(s - r + 6) exactly, one fp8 dot accumulates all of K, and the result is
+# multiplied by x's scale, then by 2**(r - 133) (exact: in this order no scale code under- or overflows a product that
+# fp32 holds). Other tiles take each K step's blocks alone. (A branch on the codes inside the K loop would keep Triton
+# from pipelining its loads: the choice is made once, before it.)
 
 
 @triton.jit
@@ -304,16 +305,17 @@ def _mxfp4_as_e4m3(w, codes, LAYOUT: tl.constexpr):
     """A (R, S) e4m3 tile of mxfp4 rows (strided bytes or hopper words, as the upcasts above) times 2 ** (code - 127)
     per block: exact where every product is an e4m3 value (0 below e4m3's smallest subnormal)."""
     if LAYOUT == "hopper":
-        values = upcast_mxfp4_hopper_words(w, codes).to(tl.float8e4nv)
+        values = upcast_mxfp4_hopper_words(w, codes)
     else:
-        values = upcast_mx_rows(w, codes, "e2m1", tl.bfloat16).to(tl.float8e4nv)
-    return values
+        values = upcast_mx_rows(w, codes, "e2m1", tl.bfloat16)
+    return values.to(tl.float8e4nv)
 
 
 @triton.jit
 def dot_mxfp4_folded(acc, w, w_scales, top, x, LAYOUT: tl.constexpr, MAX_NUM_IMPRECISE_ACC: tl.constexpr):
     """acc + W^T @ X^T for one K step of e4m3 x (BM, BK) and a (BN, BK) mxfp4 W^T tile (in ``LAYOUT``, scales
-    (BN, BK // 32)) whose columns' codes lie within the layout's fold window of ``top``: W as e2m1 * 2**(s - top + 6)."""
+    (BN, BK // 32)) whose columns' codes lie within the layout's fold window of ``top``: W as
+    e2m1 * 2**(s - top + 6)."""
     if LAYOUT == "hopper_fp8":  # (its window is 11: s - top + 6 >= -5; blocks past K hold zeros, any table will do)
         folded = mxfp4_words_as_e4m3(w, w_scales.to(tl.int32) - top[:, None] + 6)
     else:
