@@ -350,17 +350,18 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
         # 64x256x64 on 8 warps on an H100, gpt-oss w1/w2 at T=2048 and 8192, 2026-12-07, docs/heuristics.md);
         # fewer rows: 256 columns where N has them, on 8 warps (not measured on a GPU).
         block_m = min(flags.block_m, 64)
-        wide = p.n > 128 and block_m < 64
-        flags = replace(flags, block_m=block_m, block_n=256 if wide else min(flags.block_n, 128), block_k=64,
-                        num_warps=8 if wide or block_m < 64 else 4, num_stages=3, **_MEASURED_FOR_ITS_TILE)
         if p.w_mx_layout == "hopper_fp8":
             # At 255 registers a 64x128x64 tile runs two 4-warp blocks per SM and its K loop waits on latency (ncu,
             # gpt-oss w1 T=2048: 12% occupancy, no eligible warp 72% of the time). Capped at 128 registers (96 bytes
             # spill) in 4 stages it took 0.68x, 0.60x and 0.69x the time (gpt-oss w1 T=2048 and 8192, w2 T=2048);
             # fewer rows: 16x128x64 on 4 warps in 4 stages, 0.60x the 16x256x64/8-warp tile's (gpt-oss w2 T=8).
             # 128-row tiles on 8 warps were slower. An H100, 2026-12-07 (docs/heuristics.md).
-            flags = replace(flags, block_n=128, num_warps=4, num_stages=4,
-                            maxnreg=128 if block_m == 64 else None)
+            flags = replace(flags, block_m=block_m, block_n=128, block_k=64, num_warps=4, num_stages=4,
+                            maxnreg=128 if block_m == 64 else None, wait_mma=False)
+        else:
+            wide = p.n > 128 and block_m < 64
+            flags = replace(flags, block_m=block_m, block_n=256 if wide else min(flags.block_n, 128), block_k=64,
+                            num_warps=8 if wide or block_m < 64 else 4, num_stages=3, **_MEASURED_FOR_ITS_TILE)
     if p.k_group and flags.block_m == 16 and flags.block_n == 128 and flags.split_k == 1:
         # fp8 block-scaled decode rows: 64-column tiles in 6 stages (twice the tiles, each streaming its W with
         # 48 KiB in flight), 1-9% faster than 16x128x128 in 4 stages on an H100 (Qwen3-30B-A3B and DeepSeek-V3
@@ -455,10 +456,11 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
     if k_group and k_group % flags.block_k:
         return (f"block_k={flags.block_k}: fp8 block scales cover {k_group} rows of K, which each K step must stay "
                 f"inside, so block_k must divide {k_group}")
-    if w_mx_layout in ("hopper", "hopper_fp8") and flags.block_k % 64:
+    swizzled = w_mx_layout not in (None, "strided")
+    if swizzled and flags.block_k % 64:
         return (f"block_k={flags.block_k}: {w_mx_layout}-layout mxfp4 weights come in groups of 64 rows of K, so "
                 f"block_k must be a multiple of 64")
-    if w_mx_layout in ("hopper", "hopper_fp8") and flags.block_n % 16:
+    if swizzled and flags.block_n % 16:
         return (f"block_n={flags.block_n}: {w_mx_layout}-layout mxfp4 weights come in slabs of 16 columns of N, so "
                 f"block_n must be a multiple of 16")
     if w_mx_layout == "hopper_fp8" and flags.block_n * flags.block_k < 256 * flags.num_warps:
