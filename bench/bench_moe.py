@@ -10,7 +10,8 @@ Shapes: MOE_SHAPES, T in --tokens; dense 8192^3, 4096x5760x2880, 64x5760x2880. W
 K-contiguous), mxfp4 (the layout prepare_expert_weights picks, hopper on an H200, N-contiguous scales; mxfp4-strided,
 mxfp4-kscales for probes; mxfp4-e4m3x: x in e4m3 per row, w in the hopper_fp8 layout (-hopper: the hopper layout),
 mxfp4-mxfp8x: x in mxfp8 (e8m0 scales per 32 of K), each quantized before the timed call, no triton_kernels),
-fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x quantized by the call; fp8e4m3: one scale per
+fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x quantized by the call, and the GEMM alone on x
+quantized beforehand, "ogsgen, e4m3 x"; fp8e4m3: one scale per
 expert and one for x, quantized beforehand; fp8 cuBLAS as yardstick and ceiling; b128's w1 also writes its rows
 as e4m3 for w2, fused or by a quantize_fp8 pass). Peers, in the same
 process: triton_kernels' matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe Triton kernel (bf16, and fp8 w8a8
@@ -317,6 +318,13 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     x_ref = x.float() * x_scale if weight_format == "fp8e4m3" else x_ref
     x_ref = dequantize_mx_torch(x, pc.act_scale, "e4m3") if weight_format == "mxfp4-mxfp8x" else x_ref
     yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
+    # fp8 formats: the GEMM alone too, on x quantized beforehand (per row and 128 columns or per row), as the peers'
+    x8, x8_scale = (lib.numerics.quantize_fp8(x, (1, FP8_BLOCK) if weight_format == "fp8e4m3_b128" else (1, 0))
+                    if weight_format in FP8_FORMATS else (x, None))
+    if weight_format in FP8_FORMATS:
+        pre = replace(pc, act_scale=x8_scale)
+        yield "ogsgen, e4m3 x", lambda: lib.matmul_ogs(x8, w, None, rd, precision_config=pre, **kwargs), flops, \
+            bytes_moved
     if weight_format == "fp8e4m3_b128" and mode == "gather":  # w1's rows as w2's e4m3 input, fused or by a pass
         fused = replace(pc, out_scale=torch.empty(rows, n // FP8_BLOCK, device=device))
         for impl, run in (("ogsgen, e4m3 y", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=fused,
@@ -349,8 +357,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         yield "triton_kernels", run_triton_kernels, flops, bytes_moved
         # Its own reference: its routing's row order, and for mxfp4 its own quantization of the same weights.
         yield "reference triton_kernels", lambda: moe_reference(x_ref, t_expert_w, n, t_rd, **t_indices), None, None
-    # The peers' fp8 GEMMs alone, on x quantized per row and 128 columns (and laid out) before the timed call
-    x8, x8_scale = lib.numerics.quantize_fp8(x, (1, FP8_BLOCK)) if weight_format == "fp8e4m3_b128" else (x, None)
+    # The peers' fp8 GEMMs alone, on x8 (laid out by each peer before the timed call)
     if (weight_format.startswith("bf16") or weight_format == "fp8e4m3_b128") and vllm is not None:
         fp8 = None if x8_scale is None else (x8_scale, prepared.weight_scale, x_ref, expert_w)
         run_vllm, vllm_reference = vllm_fused_moe(vllm, x8, w, logits, top_k, mode, fp8)

@@ -1,0 +1,171 @@
+"""Probe: a warp-specialized fp8e4m3_b128 grouped GEMM in Gluon (sm_90, Triton 3.6) against ogsgen's tiled kernel and
+DeepGEMM's contiguous GEMM, on the same expert-sorted e4m3 rows (no gather, no scatter: the GEMM alone).
+
+    PYTHONPATH=.:third_party python bench/probes/ws_fp8_blocks.py [--cases "Qwen3-30B-A3B w1:8192[:BLOCK_N:STAGES]" ...]
+
+The kernel: one TMA producer warp fills STAGES shared-memory slots (128 x rows, BLOCK_N w columns, 128 deep); two
+consumer warpgroups take 64 rows each, wait for their own wgmmas, free the slot and promote the partial product with
+the step's scales (x's per row, w's per 128 x 128 block), so one promotes while the other's wgmmas run, which one
+warpgroup cannot do on sm_90 (bench/NOTES.md 5.1). Persistent: program p takes tiles p, p + grid, ...; its m-blocks
+(expert, first row, end row) come from the host. Prints, per case, the output's difference from ogsgen's and the
+CUDA-graph medians with L2 emptied before each call (bench_moe.graph_medians)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench_moe  # noqa: E402  (shapes, timing, DeepGEMM)
+import deepgemm_peer  # noqa: E402
+
+import ogsgen  # noqa: E402
+
+BLOCK_M, BLOCK_K, HALF = gl.constexpr(128), gl.constexpr(128), gl.constexpr(64)  # (constexprs: read in kernels)
+
+
+@gluon.jit
+def _tile(tiles, t, n_nb):
+    mb = t // n_nb
+    return gl.load(tiles + 3 * mb), gl.load(tiles + 3 * mb + 1), gl.load(tiles + 3 * mb + 2), t % n_nb
+
+
+@gluon.jit
+def _producer(x_desc, w_desc, x_bufs, w_bufs, ready, empty, tiles, n_tiles, n_nb, N, n_k,
+              BN: gl.constexpr, STAGES: gl.constexpr):
+    i = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        expert, row0, row_end, nb = _tile(tiles, t, n_nb)
+        for k in range(n_k):
+            s = i % STAGES
+            mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # (a new barrier's phase 1 counts as done)
+            mbarrier.expect(ready.index(s), (BLOCK_M + BN) * BLOCK_K)
+            tma.async_copy_global_to_shared(x_desc, [row0, k * BLOCK_K], ready.index(s), x_bufs.index(s))
+            tma.async_copy_global_to_shared(w_desc, [expert * N + nb * BN, k * BLOCK_K], ready.index(s),
+                                            w_bufs.index(s))
+            i += 1
+
+
+@gluon.jit
+def _consumer(x_bufs, w_bufs, ready, empty, tiles, n_tiles, n_nb, XS, WS, Y, N, n_k, ws_e, ws_n, ws_k,
+              WG: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+    zero = gl.zeros((HALF, BN), dtype=gl.float32, layout=mma)
+    i = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        expert, row0, row_end, nb = _tile(tiles, t, n_nb)
+        rows = row0 + WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma))
+        in_rows = rows < row_end
+        xs_ptr = XS + rows.to(gl.int64) * n_k
+        ws_ptr = WS + expert * ws_e + nb * ws_n
+        scale = gl.load(xs_ptr, mask=in_rows, other=0.0) * gl.load(ws_ptr)
+        acc = gl.zeros((HALF, BN), dtype=gl.float32, layout=mma)
+        for k in range(n_k):
+            s = i % STAGES
+            k_next = gl.minimum(k + 1, n_k - 1)  # the next step's scales, loaded under this step's wgmmas
+            scale_next = gl.load(xs_ptr + k_next, mask=in_rows, other=0.0) * gl.load(ws_ptr + k_next * ws_k)
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            x_s = x_bufs.index(s).slice(WG * HALF, HALF)
+            w_s = w_bufs.index(s).permute((1, 0))
+            part = warpgroup_mma(x_s, w_s, zero, use_acc=False, is_async=True)
+            part, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(part, x_s, w_s))
+            mbarrier.arrive(empty.index(s), count=1)
+            acc += part * scale[:, None]
+            scale = scale_next
+            i += 1
+        cols = nb * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
+        gl.store(Y + rows.to(gl.int64)[:, None] * N + cols[None, :], acc.to(gl.bfloat16), mask=in_rows[:, None])
+
+
+@gluon.jit
+def ws_fp8_blocks_kernel(x_desc, w_desc, XS, WS, Y, tiles, n_tiles, n_nb, N, n_k, ws_e, ws_n, ws_k,
+                         BN: gl.constexpr, STAGES: gl.constexpr):
+    x_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
+    w_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, BLOCK_K], w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)  # both consumers free a slot
+    fence_async_shared()  # the barriers' initialization seen by the TMA unit
+    gl.warp_specialize([
+        (_consumer, (x_bufs, w_bufs, ready, empty, tiles, n_tiles, n_nb, XS, WS, Y, N, n_k, ws_e, ws_n, ws_k, 0, BN,
+                     STAGES)),
+        (_consumer, (x_bufs, w_bufs, ready, empty, tiles, n_tiles, n_nb, XS, WS, Y, N, n_k, ws_e, ws_n, ws_k, 1, BN,
+                     STAGES)),
+        (_producer, (x_desc, w_desc, x_bufs, w_bufs, ready, empty, tiles, n_tiles, n_nb, N, n_k, BN, STAGES)),
+    ], [4, 1], [232, 40])
+
+
+def m_blocks(counts: torch.Tensor) -> torch.Tensor:
+    """(expert, first row, end row) of each BLOCK_M-row block of expert-sorted rows, int32 (blocks, 3)."""
+    starts = (torch.cumsum(counts, 0) - counts).tolist()
+    return torch.tensor([(e, start + r, start + c) for e, (start, c) in enumerate(zip(starts, counts.tolist()))
+                         for r in range(0, c, BLOCK_M)], dtype=torch.int32).reshape(-1, 3)
+
+
+def ws_fp8_blocks(x8, x_scale, w, w_scale, tiles, block_n=128, stages=4):
+    """y (M, N) bf16 = x8 (M, K) e4m3 * x_scale (M, K / 128) times each row's expert's w (E, N, K) e4m3 K-contiguous
+    with w_scale (E, N / 128, K / 128); ``tiles``: m_blocks of the rows' expert counts, on the GPU."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    (m, k), (e, n, _) = x8.shape, w.shape
+    n_nb = n // block_n
+    n_tiles = tiles.shape[0] * n_nb
+    y = torch.empty(m, n, device=x8.device, dtype=torch.bfloat16)
+    x_desc = TensorDescriptor.from_tensor(x8, [BLOCK_M, BLOCK_K],
+                                          gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], gl.float8e4nv))
+    w_desc = TensorDescriptor.from_tensor(w.reshape(e * n, k), [block_n, BLOCK_K],
+                                          gl.NVMMASharedLayout.get_default_for([block_n, BLOCK_K], gl.float8e4nv))
+    grid = min(torch.cuda.get_device_properties(x8.device).multi_processor_count, n_tiles)
+    # 12 warps (two consumer warpgroups, the producer's warpgroup) at 168 registers: 232 each consumer, 40 producer
+    ws_fp8_blocks_kernel[(grid,)](x_desc, w_desc, x_scale, w_scale, y, tiles, n_tiles, n_nb, n, k // BLOCK_K,
+                                  *w_scale.stride(), block_n, stages, num_warps=4, maxnreg=168)
+    return y
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", nargs="+", default=["Qwen3-30B-A3B w1:8192"],
+                        help="SHAPE:T[:BLOCK_N:STAGES], SHAPE one of bench_moe.MOE_SHAPES")
+    args = parser.parse_args()
+    deep_gemm = bench_moe.deep_gemm_or_none()
+    for case in args.cases:
+        name, tokens, *tile = case.split(":")
+        block_n, stages = map(int, tile) if tile else (128, 4)
+        n_expts, top_k, k, n, _ = bench_moe.MOE_SHAPES[name]
+        bench_moe.seed_case(name, tokens)
+        dense = torch.randn(n_expts, k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+        prepared = ogsgen.prepare_expert_weights(dense.mT, format="fp8e4m3_b128")
+        del dense
+        x8, x_scale = ogsgen.numerics.quantize_fp8(torch.randn(int(tokens), k, device="cuda", dtype=torch.bfloat16),
+                                                   (1, BLOCK_K))
+        topk_ids = torch.topk(torch.randn(int(tokens), n_expts, device="cuda"), top_k, dim=1).indices
+        _, experts, src = deepgemm_peer._gates(topk_ids, True)
+        counts = torch.bincount(experts, minlength=n_expts)
+        rows, rows_scale, tiles = x8[src].contiguous(), x_scale[src].contiguous(), m_blocks(counts.cpu()).cuda()
+        pc = replace(prepared.precision_config(), act_scale=rows_scale)
+        routing = ogsgen.RoutingData(None, counts.int(), n_expts, top_k)
+        runs = {"ogsgen": lambda: ogsgen.matmul_ogs(rows, prepared.w, None, routing, precision_config=pc),
+                "warp-specialized": lambda: ws_fp8_blocks(rows, rows_scale, prepared.w.mT, prepared.weight_scale.mT,
+                                                          tiles, block_n, stages)}
+        if deep_gemm is not None:
+            runs["DeepGEMM contiguous"] = deepgemm_peer.contiguous(deep_gemm, x8, x_scale, prepared.w,
+                                                                   prepared.weight_scale, topk_ids, True, None)[0]
+        base, probe = runs["ogsgen"]().float(), runs["warp-specialized"]().float()
+        differs = ((probe - base).abs().max() / base.abs().max()).item()
+        flops = 2 * rows.shape[0] * k * n
+        times = bench_moe.graph_medians(list(runs.values()))
+        print(f"{case}: warp-specialized vs ogsgen, largest difference {differs:.1e} of the largest |y|; " + "; ".join(
+            f"{impl} {ms * 1e3:.0f} us {flops / ms / 1e9:.0f} TF/s" if not isinstance(ms, Exception)
+            else f"{impl} {type(ms).__name__}" for impl, ms in zip(runs, times)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
