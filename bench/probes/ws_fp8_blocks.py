@@ -56,32 +56,51 @@ def _producer(x_desc, w_desc, x_bufs, w_bufs, ready, empty, tiles, n_tiles, n_nb
 @gluon.jit
 def _consumer(x_bufs, w_bufs, ready, empty, tiles, n_tiles, n_nb, XS, WS, Y, N, n_k, ws_e, ws_n, ws_k,
               WG: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
-    zero = gl.zeros((HALF, BN), dtype=gl.float32, layout=mma)
+    # One wgmma and one promotion per 128 columns (w's scale block): a 64 x 256 tile is two of them in turn, so the
+    # wgmma's partial product stays 64 registers next to the 128 of the two accumulators.
+    SUB: gl.constexpr = 128
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, SUB, 32])
+    zero = gl.zeros((HALF, SUB), dtype=gl.float32, layout=mma)
     i = 0
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         expert, row0, row_end, nb = _tile(tiles, t, n_nb)
         rows = row0 + WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma))
         in_rows = rows < row_end
         xs_ptr = XS + rows.to(gl.int64) * n_k
-        ws_ptr = WS + expert * ws_e + nb * ws_n
-        scale = gl.load(xs_ptr, mask=in_rows, other=0.0) * gl.load(ws_ptr)
-        acc = gl.zeros((HALF, BN), dtype=gl.float32, layout=mma)
+        ws_ptr = WS + expert * ws_e + nb * (BN // SUB) * ws_n
+        x_scale = gl.load(xs_ptr, mask=in_rows, other=0.0)
+        w_scale_lo = gl.load(ws_ptr)
+        w_scale_hi = gl.load(ws_ptr + (BN // SUB - 1) * ws_n)
+        acc_lo = gl.zeros((HALF, SUB), dtype=gl.float32, layout=mma)
+        acc_hi = gl.zeros((HALF, SUB), dtype=gl.float32, layout=mma)  # (BN = 256 only)
         for k in range(n_k):
             s = i % STAGES
             k_next = gl.minimum(k + 1, n_k - 1)  # the next step's scales, loaded under this step's wgmmas
-            scale_next = gl.load(xs_ptr + k_next, mask=in_rows, other=0.0) * gl.load(ws_ptr + k_next * ws_k)
+            x_scale_next = gl.load(xs_ptr + k_next, mask=in_rows, other=0.0)
+            w_scale_lo_next = gl.load(ws_ptr + k_next * ws_k)
+            w_scale_hi_next = gl.load(ws_ptr + (BN // SUB - 1) * ws_n + k_next * ws_k)
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
             x_s = x_bufs.index(s).slice(WG * HALF, HALF)
-            w_s = w_bufs.index(s).permute((1, 0))
-            part = warpgroup_mma(x_s, w_s, zero, use_acc=False, is_async=True)
-            part, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(part, x_s, w_s))
-            mbarrier.arrive(empty.index(s), count=1)
-            acc += part * scale[:, None]
-            scale = scale_next
+            w_lo = w_bufs.index(s).slice(0, SUB).permute((1, 0))
+            part = warpgroup_mma(x_s, w_lo, zero, use_acc=False, is_async=True)
+            part, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(part, x_s, w_lo))
+            if BN == 2 * SUB:
+                acc_lo += part * (x_scale * w_scale_lo)[:, None]
+                w_hi = w_bufs.index(s).slice(SUB, SUB).permute((1, 0))
+                part = warpgroup_mma(x_s, w_hi, zero, use_acc=False, is_async=True)
+                part, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(part, x_s, w_hi))
+                mbarrier.arrive(empty.index(s), count=1)
+                acc_hi += part * (x_scale * w_scale_hi)[:, None]
+            else:
+                mbarrier.arrive(empty.index(s), count=1)
+                acc_lo += part * (x_scale * w_scale_lo)[:, None]
+            x_scale, w_scale_lo, w_scale_hi = x_scale_next, w_scale_lo_next, w_scale_hi_next
             i += 1
-        cols = nb * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
-        gl.store(Y + rows.to(gl.int64)[:, None] * N + cols[None, :], acc.to(gl.bfloat16), mask=in_rows[:, None])
+        cols = nb * BN + gl.arange(0, SUB, layout=gl.SliceLayout(0, mma))
+        y_ptrs = Y + rows.to(gl.int64)[:, None] * N + cols[None, :]
+        gl.store(y_ptrs, acc_lo.to(gl.bfloat16), mask=in_rows[:, None])
+        if BN == 2 * SUB:
+            gl.store(y_ptrs + SUB, acc_hi.to(gl.bfloat16), mask=in_rows[:, None])
 
 
 @gluon.jit
