@@ -32,6 +32,10 @@ import deepgemm_peer  # noqa: E402
 
 import ogsgen  # noqa: E402
 
+# The copies into shared memory by their Triton 3.6 names, or by later releases' (async_load)
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+partition_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # (a barrier of the partition's warps)
 BLOCK_M, BLOCK_K, HALF = gl.constexpr(128), gl.constexpr(128), gl.constexpr(64)  # (constexprs: read in kernels)
 
 
@@ -69,16 +73,16 @@ def _producer(x_desc, w_desc, X, stride_x, GatherSrc, top_k, x_bufs, w_bufs, rea
             s = i % STAGES
             mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # (a new barrier's phase 1 counts as done)
             if GATHER:
-                async_copy.async_copy_global_to_shared(x_bufs.index(s), x_ptrs + k * BLOCK_K, mask=in_rows[:, None])
+                cp_async_load(x_bufs.index(s), x_ptrs + k * BLOCK_K, mask=in_rows[:, None])
                 # Each thread's copies hold the slot's phase open until they land (the arrival adds to its count);
                 # all of them before the arrival below that could otherwise close it.
                 async_copy.mbarrier_arrive(ready.index(s))
-                gl.thread_barrier()
+                partition_barrier()
                 mbarrier.expect(ready.index(s), BN * BLOCK_K)
             else:
                 mbarrier.expect(ready.index(s), (BLOCK_M + BN) * BLOCK_K)
-                tma.async_copy_global_to_shared(x_desc, [row0, k * BLOCK_K], ready.index(s), x_bufs.index(s))
-            tma.async_copy_global_to_shared(w_desc, [expert * N + nb * BN, k * BLOCK_K], ready.index(s),
+                tma_load(x_desc, [row0, k * BLOCK_K], ready.index(s), x_bufs.index(s))
+            tma_load(w_desc, [expert * N + nb * BN, k * BLOCK_K], ready.index(s),
                                             w_bufs.index(s))
             i += 1
 
