@@ -1,4 +1,4 @@
-"""Probe: a warp-specialized fp8e4m3_b128 grouped GEMM in Gluon (sm_90, Triton 3.6) against ogsgen's tiled kernel and
+"""Probe: a warp-specialized fp8e4m3_b128 grouped GEMM in Gluon (sm_90; Triton 3.6, 3.9) against ogsgen's tiled kernel and
 DeepGEMM's contiguous GEMM, on the same e4m3 rows and per-(row, 128) scales: the GEMM alone on expert-sorted rows,
 or gathered from token rows as w1 reads them (``:gather``).
 
