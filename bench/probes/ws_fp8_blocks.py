@@ -1,8 +1,9 @@
-"""Probe: a warp-specialized fp8e4m3_b128 grouped GEMM in Gluon (sm_90; Triton 3.6, 3.9) against ogsgen's tiled kernel and
-DeepGEMM's contiguous GEMM, on the same e4m3 rows and per-(row, 128) scales: the GEMM alone on expert-sorted rows,
-or gathered from token rows as w1 reads them (``:gather``).
+"""Probe: a warp-specialized fp8e4m3_b128 grouped GEMM in Gluon (sm_90; Triton 3.6, 3.9) against ogsgen's tiled
+kernel and DeepGEMM's contiguous GEMM, on the same e4m3 rows and per-(row, 128) scales: the GEMM alone on
+expert-sorted rows, or gathered from token rows as w1 reads them (``:gather``).
 
-    PYTHONPATH=.:third_party python bench/probes/ws_fp8_blocks.py [--cases "Qwen3-30B-A3B w1:8192[:BLOCK_N:STAGES][:gather]" ...]
+    PYTHONPATH=.:third_party python bench/probes/ws_fp8_blocks.py \
+        [--cases "Qwen3-30B-A3B w1:8192[:BLOCK_N:STAGES][:gather]" ...]
 
 The kernel: a producer partition fills STAGES shared-memory slots (128 x rows, BLOCK_N w columns, 128 deep; w by
 TMA, x by TMA or, gathered, by cp.async copies of 4 warps, since sm_90's TMA cannot gather rows); two consumer
