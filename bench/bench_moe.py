@@ -318,10 +318,9 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     x_ref = x.float() * x_scale if weight_format == "fp8e4m3" else x_ref
     x_ref = dequantize_mx_torch(x, pc.act_scale, "e4m3") if weight_format == "mxfp4-mxfp8x" else x_ref
     yield "ogsgen", lambda: lib.matmul_ogs(x, w, None, rd, precision_config=pc, **kwargs), flops, bytes_moved
-    # fp8 formats: the GEMM alone too, on x quantized beforehand (per row and 128 columns or per row), as the peers'
-    x8, x8_scale = (lib.numerics.quantize_fp8(x, (1, FP8_BLOCK) if weight_format == "fp8e4m3_b128" else (1, 0))
-                    if weight_format in FP8_FORMATS else (x, None))
-    if weight_format in FP8_FORMATS:
+    x8, x8_scale = x, None  # x as the peers take it
+    if weight_format in FP8_FORMATS:  # the GEMM alone too, on x quantized beforehand (per row and 128 columns, or row)
+        x8, x8_scale = lib.numerics.quantize_fp8(x, (1, FP8_BLOCK) if weight_format == "fp8e4m3_b128" else (1, 0))
         pre = replace(pc, act_scale=x8_scale)
         yield "ogsgen, e4m3 x", lambda: lib.matmul_ogs(x8, w, None, rd, precision_config=pre, **kwargs), flops, \
             bytes_moved
