@@ -387,11 +387,12 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
         x_dense = torch.randn(rows, k, device=device).bfloat16()
         w_dense = dense_w[0]
         if weight_format in FP8_DOTS:  # fp8 cuBLAS (per-tensor scales), the fp8 yardstick
-            x8, w8, one = x_dense.to(torch.float8_e4m3fn), w_dense.mT.contiguous().mT.to(torch.float8_e4m3fn), \
+            # (names of their own: the calls above read x8 when they run, after this)
+            xd8, wd8, one = x_dense.to(torch.float8_e4m3fn), w_dense.mT.contiguous().mT.to(torch.float8_e4m3fn), \
                 torch.ones((), device=device)
-            yield "dense cuBLAS", (lambda: torch._scaled_mm(x8, w8, one, one, out_dtype=torch.bfloat16)), flops, \
+            yield "dense cuBLAS", (lambda: torch._scaled_mm(xd8, wd8, one, one, out_dtype=torch.bfloat16)), flops, \
                 rows * k + k * n + rows * n * 2
-            yield "reference dense cuBLAS", (lambda: x8.float() @ w8.float()), None, None
+            yield "reference dense cuBLAS", (lambda: xd8.float() @ wd8.float()), None, None
         else:
             yield "dense cuBLAS", (lambda: torch.matmul(x_dense, w_dense)), flops, (rows * k + k * n + rows * n) * 2
             yield "reference dense cuBLAS", (lambda: x_dense.float() @ w_dense.float()), None, None

@@ -37,7 +37,8 @@ import ogsgen  # noqa: E402
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 partition_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # (a barrier of the partition's warps)
-BLOCK_M, BLOCK_K, HALF = gl.constexpr(128), gl.constexpr(128), gl.constexpr(64)  # (constexprs: read in kernels)
+TILE = 128  # rows of an m-block and depth of a K step (the scales' 128), on the host
+BLOCK_M, BLOCK_K, HALF = gl.constexpr(TILE), gl.constexpr(TILE), gl.constexpr(TILE // 2)  # (read in kernels)
 
 
 @gluon.jit
@@ -173,15 +174,15 @@ def ws_fp8_blocks(x8, x_scale, w, w_scale, routing, gather_src=None, block_n=128
     rows = x8.shape[0] if gather_src is None else gather_src.shape[0]
     n_nb = n // block_n
     y = torch.empty(rows, n, device=x8.device, dtype=torch.bfloat16)
-    x_desc = TensorDescriptor.from_tensor(x8, [BLOCK_M, BLOCK_K],
-                                          gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], gl.float8e4nv))
-    w_desc = TensorDescriptor.from_tensor(w.reshape(e * n, k), [block_n, BLOCK_K],
-                                          gl.NVMMASharedLayout.get_default_for([block_n, BLOCK_K], gl.float8e4nv))
-    grid = min(torch.cuda.get_device_properties(x8.device).multi_processor_count, meta.block_schedule(128).numel())
+    x_desc = TensorDescriptor.from_tensor(x8, [TILE, TILE],
+                                          gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.float8e4nv))
+    w_desc = TensorDescriptor.from_tensor(w.reshape(e * n, k), [block_n, TILE],
+                                          gl.NVMMASharedLayout.get_default_for([block_n, TILE], gl.float8e4nv))
+    grid = min(torch.cuda.get_device_properties(x8.device).multi_processor_count, meta.block_schedule(TILE).numel())
     # 12 warps (two consumer warpgroups, the producer's warpgroup) at 168 registers: 232 each consumer, 40 producer
     ws_fp8_blocks_kernel[(grid,)](
         x_desc, w_desc, x8, x8.stride(0), x8 if gather_src is None else gather_src, routing.n_expts_act, x_scale,
-        w_scale, y, meta.block_schedule(128), meta.slice_offs, meta.block_offs(128), e, n_nb, n, k // BLOCK_K,
+        w_scale, y, meta.block_schedule(TILE), meta.slice_offs, meta.block_offs(TILE), e, n_nb, n, k // TILE,
         *w_scale.stride(), block_n, stages, gather_src is not None, num_warps=4, maxnreg=168)
     return y
 
@@ -202,7 +203,7 @@ def main():
         prepared = ogsgen.prepare_expert_weights(dense.mT, format="fp8e4m3_b128")
         del dense
         x8, x_scale = ogsgen.numerics.quantize_fp8(torch.randn(int(tokens), k, device="cuda", dtype=torch.bfloat16),
-                                                   (1, BLOCK_K))
+                                                   (1, TILE))
         logits = torch.randn(int(tokens), n_expts, device="cuda")
         routing, gather_indx, _ = ogsgen.routing(logits, top_k)
         src = gather_indx.src_indx.long() // top_k
