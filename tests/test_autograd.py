@@ -210,8 +210,8 @@ def test_swiglu_forward_keeps_its_rows_before_the_activation_for_the_backward(de
     bias = torch.randn(n_expts, n, device=device)
     launched = []
     original = loader.kernel_for
-    monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(variant) or
-                        original(variant, persistent))
+    monkeypatch.setattr(loader, "kernel_for", lambda variant, kernel="tiled": launched.append(variant) or
+                        original(variant, kernel))
     y = matmul_ogs(x, w, bias, rd, gather_indx=gi, fused_activation=SWIGLU, out_alpha=0.5)
     assert [v.preact for v in launched] == [True]
     meta = rd.expt_data

@@ -26,6 +26,13 @@ def _kernels(variant, name):
     kernels = {kernel_of(variant): functions.pop(name)}
     if variant.has_persistent_kernel:
         kernels["persistent"] = functions.pop(f"{name}_persistent")
+    if variant.has_warp_specialized_kernel:
+        kernels["warp_specialized"] = functions.pop(f"{name}_warp_specialized")
+        declared = [p.name for p in parameters(variant, "warp_specialized")]
+        for partition in ("load", "compute"):  # the kernel's parameters, then its shared memory and warpgroup
+            fn = functions.pop(f"{name}_ws_{partition}")
+            assert [a.arg for a in fn.args.args] == declared + ["x_bufs", "w_bufs", "ready", "empty", "WG"]
+        functions.pop(f"{name}_ws_tile"), functions.pop(f"{name}_ws_promote")
     assert not functions, f"{name}: functions the ABI does not declare: {sorted(functions)}"
     return kernels
 

@@ -211,8 +211,8 @@ def test_heuristic_falls_back_to_the_tiled_kernel_where_tma_cannot_read_x_or_wri
     # no TMA descriptor (its last stride is not 1), so the same call takes the tiled kernel, with the same result.
     launched = []
     original = loader.kernel_for
-    monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(persistent) or
-                        original(variant, persistent))
+    monkeypatch.setattr(loader, "kernel_for", lambda variant, kernel="tiled": launched.append(kernel == "persistent") or
+                        original(variant, kernel))
     if device == "cuda" and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("no TMA on this GPU: the persistent kernel is never chosen")
     variant = DEFAULT["ogs_matmul_xbf16_wbf16_ybf16_bias"]
@@ -232,8 +232,8 @@ def test_persistent_kernel_reads_a_k_major_w(name, device, monkeypatch):
     # kernel reads them through a TMA descriptor of w.mT and transposes the tile for the dot.
     launched = []
     original = loader.kernel_for
-    monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(persistent) or
-                        original(variant, persistent))
+    monkeypatch.setattr(loader, "kernel_for", lambda variant, kernel="tiled": launched.append(kernel == "persistent") or
+                        original(variant, kernel))
     variant = DEFAULT[name]
     with ogsgen.opt_flags_constraints(persistent=True, block_m=16, block_n=32, block_k=16):
         if variant.ragged:

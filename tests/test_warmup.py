@@ -87,8 +87,8 @@ def test_warmup_of_the_sending_top_k_reduce_is_a_valid_call(device, monkeypatch)
     reduce = next(v for v in DEFAULT.values() if v.family == "reduce" and v.fused_comm and v.gammas)
     launched = []
     original = loader.kernel_for
-    monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(variant) or
-                        original(variant, persistent))
+    monkeypatch.setattr(loader, "kernel_for", lambda variant, kernel="tiled": launched.append(variant) or
+                        original(variant, kernel))
     (call,) = [c for c in warmup_calls([reduce], H200_SMS) if c.top_k == 2]
     call.run(device)
     assert launched.count(reduce) == 5  # all-gathers over 1, 2, 4 and 8 ranks, and rows sent to shards
@@ -102,8 +102,8 @@ def test_warmup_call_is_a_valid_matmul_ogs_call(name, device, monkeypatch):
     if device == "cuda":
         pytest.skip("a compile per variant; checked through the interpreter (the GPU warm-up test compiles for real)")
     launched, original = [], loader.kernel_for
-    monkeypatch.setattr(loader, "kernel_for", lambda variant, persistent=False: launched.append(variant) or
-                        original(variant, persistent))
+    monkeypatch.setattr(loader, "kernel_for", lambda variant, kernel="tiled": launched.append(variant) or
+                        original(variant, kernel))
     calls = [c for c in warmup_calls([DEFAULT[name]], H200_SMS) if isinstance(c, WarmupCall)]
     smallest = min(calls, key=lambda c: (c.flags.block_m * c.flags.block_n, c.flags.split_k, c.k))
     smallest.run(device)

@@ -16,7 +16,7 @@ from ..numerics import jit
 from ..numerics.codecs import codec_of
 from ..spec.formats import ELEMENTS, FP8_ELEMENTS
 from ..spec.functions import function_source_hash
-from ..spec.kernel_abi import ARG_PREFIX, RAGGED_ROWS_BOUND, kernel_of, per_call_names, signature_lines
+from ..spec.kernel_abi import ARG_PREFIX, RAGGED_ROWS_BOUND, kernel_of, parameters, per_call_names, signature_lines
 from ..spec.variant import KernelVariant, canonical_name
 
 # CPython 3.11's ast module keeps its recursion counter per interpreter, so parses in two threads at once
@@ -160,6 +160,10 @@ def render_variant(variant: KernelVariant, catalog_name: str) -> RenderedKernel:
         do_not_specialize=per_call_names(variant, kernel_of(variant)),
         persistent_signature=signature_lines(variant, "persistent") if variant.has_persistent_kernel else [],
         persistent_do_not_specialize=per_call_names(variant, "persistent") if variant.has_persistent_kernel else [],
+        ws_signature=signature_lines(variant, "warp_specialized") if variant.has_warp_specialized_kernel else [],
+        ws_arg_names=[p.name for p in parameters(variant, "warp_specialized")]
+        if variant.has_warp_specialized_kernel else [],
+        ws_do_not_specialize=per_call_names(variant, "warp_specialized") if variant.has_warp_specialized_kernel else [],
         dot_tl_dtype=_TL_DTYPE[variant.dot_element],
         y_tl_dtype=_TL_DTYPE[variant.y.element],
         y_max_finite=_MAX_FINITE.get(variant.y.element, ""),

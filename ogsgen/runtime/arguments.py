@@ -16,7 +16,7 @@ from ..spec.variant import KernelVariant
 from ..types import Epilogue, FusedActivation, FusedComm, InnerRoutingData, PrecisionConfig, RoutingData
 from . import loader, memory
 from .descriptors import prefetch_rows, ragged_rows_descriptor
-from .opt_flags import OptFlags, reduce_tile, row_tiles
+from .opt_flags import WS_BLOCK_K, WS_BLOCK_M, WS_MAXNREG, OptFlags, reduce_tile, row_tiles
 
 
 def cdiv(a: int, b: int) -> int:
@@ -124,6 +124,18 @@ class MatmulInputs:
             return ragged_rows_descriptor(self.out[0] if self.out.ndim == 3 else self.out, *block)
         return TensorDescriptor.from_tensor(_as_3d(self.out), [1, *block])
 
+    # The warp-specialized kernel's (Gluon's descriptors, with the shared-memory layout of their tiles): x's sorted
+    # rows (rows, K) in 128 x 128 boxes, w as (experts * N, K), K-contiguous, in BLOCK_N x 128 boxes.
+
+    @property
+    def ws_x_desc(self):
+        return _gluon_descriptor(self.call.x, [WS_BLOCK_M, WS_BLOCK_K])
+
+    @property
+    def ws_w_desc(self):
+        w = self.call.w.mT  # (experts, N, K), K-contiguous (the kernel's blocker checks it)
+        return _gluon_descriptor(w.reshape(-1, w.shape[-1]), [self.flags.block_n, WS_BLOCK_K])
+
     @cached_property
     def _tiles(self) -> int:
         call = self.call
@@ -165,11 +177,16 @@ def kernel_arguments(variant: KernelVariant, kernel: str, inputs) -> dict:
 def matmul_launch(inputs: MatmulInputs) -> tuple:
     """(kernel, grid, arguments, options) of the matmul kernel for the inputs' flags."""
     variant, flags = inputs.variant, inputs.flags
+    if flags.warp_specialized:
+        args = kernel_arguments(variant, "warp_specialized", inputs)
+        # 12 warps: the kernel's 4 (a consumer warpgroup) and its partitions', registers set per partition
+        return loader.kernel_for(variant, "warp_specialized"), (inputs.n_programs, 1, 1), args, \
+            dict(num_warps=4, maxnreg=WS_MAXNREG)
     # (a ragged-K variant has one kernel, whose programs loop over tiles: flags.persistent sets their count)
-    persistent = flags.persistent and not variant.inner
-    args = kernel_arguments(variant, "persistent" if persistent else "tiled", inputs)
-    grid = (inputs.n_programs, 1, 1) if persistent else inputs.tiled_grid()
-    return loader.kernel_for(variant, persistent=persistent), grid, args, launch_options(flags)
+    kernel = "persistent" if flags.persistent and not variant.inner else "tiled"
+    args = kernel_arguments(variant, kernel, inputs)
+    grid = (inputs.n_programs, 1, 1) if kernel == "persistent" else inputs.tiled_grid()
+    return loader.kernel_for(variant, kernel), grid, args, launch_options(flags)
 
 
 def reduce_launch(inputs: ReduceInputs) -> tuple:
@@ -184,6 +201,11 @@ def launch_options(flags: OptFlags) -> dict:
     if flags.maxnreg is not None:
         options["maxnreg"] = flags.maxnreg
     return options
+
+
+def _gluon_descriptor(t: torch.Tensor, block: list[int]):
+    from ..numerics.gluon_hopper import gl, hopper_descriptor  # (Gluon is imported where a call takes the kernel)
+    return hopper_descriptor(t, block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv))
 
 
 def _as_3d(t: torch.Tensor) -> torch.Tensor:

@@ -165,3 +165,23 @@ def tma_blocker(x: torch.Tensor, w: torch.Tensor, x_gathered: bool, y: torch.Ten
                     f"strides multiples of 16 bytes (got strides {tuple(strides)}); pass {name}.contiguous() "
                     f"(and K, N multiples of 8)")
     return None
+
+
+def ws_blocker(variant: KernelVariant, x: torch.Tensor, w: torch.Tensor, n: int, k: int) -> str | None:
+    """None when the variant's warp-specialized kernel (Gluon, sm_90) can take this call, else why not: it needs
+    Hopper's wgmma, 128-aligned N and K, w K-contiguous (as (experts, N, K) rows) and x's rows 16-byte aligned."""
+    if not variant.has_warp_specialized_kernel:
+        return ("the variant has no warp-specialized kernel: that takes fp8e4m3_b128 x and w, expert-sorted rows and "
+                "an epilogue of bias, activation and gammas")
+    if not x.is_cuda:
+        return "the warp-specialized kernel is written in Gluon, which Triton's interpreter does not run"
+    if not target(x.device).wgmma:
+        return "the warp-specialized kernel uses Hopper's wgmma: it needs a GPU of compute capability 9.x"
+    if n % 128 or k % 128:
+        return f"the warp-specialized kernel needs N and K multiples of 128, got N={n}, K={k}"
+    if not w.mT.is_contiguous() or w.data_ptr() % 16:
+        return ("the warp-specialized kernel reads w as (experts, N, K) rows by TMA: pass w K-contiguous, as "
+                "ogsgen.prepare_expert_weights(..., format='fp8e4m3_b128') stores it")
+    if x.stride(-1) != 1 or x.stride(-2) % 16 or x.data_ptr() % 16:
+        return f"the warp-specialized kernel copies x's rows 16 bytes at a time: pass x.contiguous() (strides {x.stride()})"
+    return None

@@ -20,6 +20,7 @@ import triton
 from triton import knobs
 from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .descriptors import apply_l2_promotion
@@ -71,6 +72,8 @@ def _specialization_key(kernel, values: tuple, options: dict, device: int) -> tu
                 append(float)
             elif value.__class__ is TensorDescriptor:  # Triton specializes on its dtype and block shape
                 append((value.base.dtype, *value.block_shape, value.padding))
+            elif value.__class__ is GluonTensorDescriptor:  # and a Gluon kernel's on its shared-memory layout
+                append((value.base.dtype, *value.block_shape, value.padding, value.layout))
             else:
                 append(value)
         elif kind == _CONSTEXPR:

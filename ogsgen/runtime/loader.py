@@ -357,14 +357,18 @@ def _load(variant: KernelVariant):
         f"add DIR to OGSGEN_PATH (or call ogsgen.add_search_path(DIR)); or {leave_strict} to render it on first use")
 
 
-def kernel_for(variant: KernelVariant, persistent: bool = False):
-    """The ``@triton.jit`` kernel of a variant (or its persistent kernel), imported once per process."""
-    key = (variant, persistent)
-    kernel = _kernels.get(key)
-    if kernel is None:
+_KERNEL_SUFFIX = {"persistent": "_persistent", "warp_specialized": "_warp_specialized"}
+
+
+def kernel_for(variant: KernelVariant, kernel: str = "tiled"):
+    """A variant's kernel, imported once per process: its tiled (or reduce) kernel, or ``kernel`` "persistent" or
+    "warp_specialized" where the variant has one (``ogsgen.spec.kernel_abi.KERNELS``)."""
+    key = (variant, kernel)
+    found = _kernels.get(key)
+    if found is None:
         with _lock:
-            kernel = _kernels.get(key)
-            if kernel is None:
-                kernel = getattr(_load(variant), canonical_name(variant) + ("_persistent" if persistent else ""))
-                _kernels[key] = kernel
-    return kernel
+            found = _kernels.get(key)
+            if found is None:
+                found = getattr(_load(variant), canonical_name(variant) + _KERNEL_SUFFIX.get(kernel, ""))
+                _kernels[key] = found
+    return found

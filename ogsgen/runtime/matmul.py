@@ -23,7 +23,7 @@ from .arguments import Call, MatmulInputs, ReduceInputs, matmul_launch, reduce_l
 from .inner import inner_matmul
 from .opt_flags import TileProblem, current_constraints, format_facts, make_opt_flags
 from .operands import describe_operands, unfold_declared
-from .descriptors import persistent_blocker, tma_blocker
+from .descriptors import persistent_blocker, tma_blocker, ws_blocker
 from .memory import resolve_lazy_views
 from .signature import SAME_ALLOWED, WRITTEN, call_signature
 from .validation import check_argument_types, check_call_shapes, reject_unsupported, written_tensors
@@ -252,6 +252,8 @@ def _launch_choice(variant: KernelVariant, call: Call, y: torch.Tensor, n_out: i
         x.element_size(), call.batch, m, call.n, call.k, variant.reduction_n, n_expts, tokens_per_expt, can_split,
         target(x.device).sm_count if x.is_cuda else None, bitwise_invariant=call.pc.enforce_bitwise_invariance,
         constraints=current_constraints(), persistent_blocker=persistent_blocker(variant, x),
+        # (a top-k scatter's matmul writes sorted rows, which its reduce sums: that variant's kernel runs)
+        ws_blocker=ws_blocker(topk_plan(variant)[0] if topk else variant, x, w, call.n, call.k),
         x_gathered=variant.gather, split_is_free=topk, w_k_major=w_k_major,
         **format_facts(variant.x, variant.w, variant.y),
         mx_scales_n_contiguous=variant.w.scales_apply == "operand" and call.w_op.block_scales.stride(-1) == 1)

@@ -34,6 +34,9 @@ class OptFlags:
     # fp8 block-scaled W (fp8e4m3_b128): each K step's product as W^T X^T, so that a decode tile's few rows are the
     # wgmma's N and its columns the wgmma's 64 rows (a 16-row tile's X @ W is an mma.sync otherwise)
     swap_ab: bool = False
+    # fp8 block-scaled w (fp8e4m3_b128): the variant's warp-specialized kernel (a producer and two consumer
+    # warpgroups, persistent; 128 x BLOCK_N tiles, 128-deep K steps, num_stages slots)
+    warp_specialized: bool = False
     # MX weights: tiles (block_n, block_k, num_warps, num_stages, wait_mma), same block_m, tried in this order
     # when this tile's binary has the wgmma register hazard; the first whose binary is clean and fits runs, else
     # this tile's waiting kernel.
@@ -55,9 +58,18 @@ CONSTRAINT_KEYS = tuple(f.name for f in fields(OptFlags))
 # binary (its waiting kernel only where that binary has the wgmma hazard), unless the constraints name them.
 _MEASURED_FOR_ITS_TILE = {"maxnreg": None, "wait_mma": False}
 _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
-_BOOLEAN_KEYS = ("persistent", "wait_mma", "swap_ab")
+_BOOLEAN_KEYS = ("persistent", "wait_mma", "swap_ab", "warp_specialized")
 TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")  # a tile, as constraints name it
 _FALLBACK_TILE_KEYS = ("block_n", "block_k", "num_warps", "num_stages", "wait_mma")
+# The warp-specialized kernel's fixed tile rows and K step, and its launch's register cap (ptxas's per thread of the
+# 12 warps, which the partitions redistribute: 232 each consumer warpgroup's, 40 the producer's)
+WS_BLOCK_M, WS_BLOCK_K, WS_MAXNREG = 128, 128, 168
+# Rows per expert and K from which it runs: on an H200 it took 0.86-0.95x the tiled kernel's time with 128 or more
+# rows per expert and K >= 2048 (DeepSeek-V3 w1 at T=8192 1.00x), 1.08x on DeepSeek-V3 w1 at 64 rows per expert
+# (T=2048), and its probe 1.02x at K = 768 on an H100 (2026-12-07, docs/heuristics.md)
+WS_MIN_ROWS_PER_EXPERT, WS_MIN_K = 128, 2048
+# Constraints that name the tiled and persistent kernels' launches: given without warp_specialized, they mean those
+_TILED_KEYS = (*TILE_KEYS, "group_m", "split_k", "persistent", "wait_mma", "maxnreg", "swap_ab", "fallback_tiles")
 _constraints: contextvars.ContextVar[tuple] = contextvars.ContextVar("ogsgen_opt_flags_constraints", default=())
 _process_constraints: tuple = ()  # set_process_constraints
 
@@ -312,6 +324,7 @@ class TileProblem:
     y_scale_block: int = 0           # output columns per block scale of the output (32: mxfp8, 128: fp8 b128), or 0
     constraints: tuple = ()
     persistent_blocker: str | None = "no persistent kernel was asked for"
+    ws_blocker: str | None = "no warp-specialized kernel was asked for"  # (as persistent_blocker)
     mx_scales_n_contiguous: bool = False  # MX scales stored with N contiguous (their tiles differ on Hopper)
     x_gathered: bool = False
     split_is_free: bool = False
@@ -334,6 +347,12 @@ def format_facts(x_fmt, w_fmt, y_fmt) -> dict:
 def make_opt_flags(p: TileProblem) -> OptFlags:
     """Launch parameters for one call: the heuristic's, adjusted to the operands, then the constraints; raises
     InapplicableConstraintError where the constraints ask for what the call cannot take."""
+    constrained = dict(p.constraints)
+    by_default = p.ws_blocker is None and not p.bitwise_invariant and p.tokens_per_expt >= WS_MIN_ROWS_PER_EXPERT \
+        and p.k >= WS_MIN_K \
+        and not any(key in constrained for key in _TILED_KEYS)
+    if constrained.get("warp_specialized", by_default):
+        return _warp_specialized_flags(p, constrained)
     heuristic_args = (p.itemsize, p.batch, p.m, p.n, p.k, p.n_expts, p.tokens_per_expt,
                       p.can_split and not p.bitwise_invariant, p.n_sms, p.w_mx_layout)
     flags = _heuristic(*heuristic_args, p.persistent_blocker is None and not p.bitwise_invariant,
@@ -377,7 +396,6 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
         flags = replace(flags, block_m=128, num_warps=8 if flags.block_n >= 128 else 4, **_MEASURED_FOR_ITS_TILE)
     if flags.block_n < p.y_scale_block * p.reduction_n:  # each output tile holds whole scale blocks
         flags = _widened(flags, p.y_scale_block * p.reduction_n, p.bitwise_invariant)
-    constrained = dict(p.constraints)
     if any(key in constrained for key in TILE_KEYS):
         constrained = {**_MEASURED_FOR_ITS_TILE, **constrained}
     if constrained.get("persistent"):  # the persistent kernel does not split K: drop the heuristic's split
@@ -390,6 +408,35 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
         flags = replace(flags, persistent=False)  # the heuristic's kernel cannot take the asked-for tile: the tiled one
     _check_applicable(flags, p, operands)
     return flags
+
+
+def _warp_specialized_flags(p: TileProblem, constrained: dict) -> OptFlags:
+    """The warp-specialized kernel's launch: 128 columns in 4 slots unless constrained; raises
+    InapplicableConstraintError where the call or the constraints do not fit it."""
+    flags = replace(OptFlags(WS_BLOCK_M, 128, WS_BLOCK_K, group_m=1, num_warps=4, num_stages=4,
+                             warp_specialized=True), **constrained)
+    if p.ws_blocker is not None:
+        raise InapplicableConstraintError(f"warp_specialized=True: {p.ws_blocker}")
+    if p.bitwise_invariant:
+        raise InapplicableConstraintError("warp_specialized=True: precision_config.enforce_bitwise_invariance keeps "
+                                          "the tiled kernel's arithmetic for every shape; drop one of the two")
+    fixed = dict(block_m=WS_BLOCK_M, block_k=WS_BLOCK_K, group_m=1, num_warps=4, split_k=1, persistent=False,
+                 swap_ab=False, wait_mma=False, maxnreg=None, fallback_tiles=())
+    for key, value in fixed.items():
+        if getattr(flags, key) != value:
+            raise InapplicableConstraintError(f"warp_specialized=True fixes {key}={value!r} (the kernel's tile rows, "
+                                              f"K step and launch), got {getattr(flags, key)!r}: drop {key}")
+    if flags.block_n not in (128, 256) or p.n % flags.block_n:
+        raise InapplicableConstraintError(f"warp_specialized=True: block_n={flags.block_n} must be 128 or 256 and "
+                                          f"divide N={p.n}; use block_n=128")
+    slot_bytes = (WS_BLOCK_M + flags.block_n) * WS_BLOCK_K  # (e4m3: a byte a value)
+    if not 2 <= flags.num_stages <= _WS_SHARED_BYTES // slot_bytes:
+        raise InapplicableConstraintError(f"warp_specialized=True: num_stages={flags.num_stages} slots of {slot_bytes} "
+                                          f"bytes must number 2 to {_WS_SHARED_BYTES // slot_bytes} (shared memory)")
+    return flags
+
+
+_WS_SHARED_BYTES = 200 * 1024  # of sm_90's 227 KiB a block may use: the rest for the epilogue's layout changes
 
 
 def _widened(flags: OptFlags, block_n: int, keep_block_m: bool) -> OptFlags:

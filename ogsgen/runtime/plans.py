@@ -23,12 +23,14 @@ import threading
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import launcher
 
 # Argument values a plan keeps as they were (Triton functions: the activation and epilogue closures).
 _CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype, JITFunction, InterpretedFunction)
+_DESCRIPTOR_TYPES = (TensorDescriptor, GluonTensorDescriptor)  # (a Gluon kernel's carry a shared-memory layout)
 _MAX_PLANS = 4096  # each distinct shape is a signature; a caller of endless shapes only refills the cache
 _state = threading.local()
 _plans: dict[tuple, Plan] = {}
@@ -121,7 +123,7 @@ class _Launch:
             values[position] = tensors[index]
         for position, index, recorded in self.descriptors:
             # copy.copy's generic protocol costs about 1.3 us more per descriptor than this shallow copy
-            values[position] = descriptor = object.__new__(TensorDescriptor)
+            values[position] = descriptor = object.__new__(recorded.__class__)
             descriptor.__dict__.update(recorded.__dict__)
             descriptor.base = tensors[index]
         return values
@@ -222,12 +224,12 @@ def build(rec: Recording, tensors: list, result, guard=None) -> Plan | None:
                         return None
                     slots.append((position, index))
                     value = None
-                elif isinstance(value, TensorDescriptor):
+                elif isinstance(value, _DESCRIPTOR_TYPES):
                     index = slot(value.base)
                     if index is None:
                         return None
                     # kept without its base: the plan outlives the call, whose tensors must not
-                    recorded = object.__new__(TensorDescriptor)
+                    recorded = object.__new__(value.__class__)
                     recorded.__dict__.update(value.__dict__, base=None)
                     descriptors.append((position, index, recorded))
                     value = None

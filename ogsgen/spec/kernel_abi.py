@@ -301,6 +301,43 @@ PERSISTENT = (
      Param("OFFSETS_64", lambda a: a.offsets_64, _persistent_has_pointer_strides, constexpr=True)),
 )
 
+def _gluon_activation(a):
+    from ..numerics.gluon_hopper import as_gluon  # (Gluon is imported where a call takes the kernel)
+    return as_gluon(a.call.act.specs.fn)
+
+
+# The warp-specialized kernel (fp8e4m3_b128, Gluon): its partitions take every parameter too, then the shared-memory
+# slots and barriers. Tiles are 128 rows and 128-deep K steps; BLOCK_N columns (128 or 256, a multiple of w's scale
+# blocks) and STAGES slots are the launch's.
+WARP_SPECIALIZED = (
+    (Param("Y", lambda a: a.out), Param("stride_y_m", lambda a: a.out.stride(-2)),
+     Param("stride_y_n", lambda a: a.out.stride(-1))),
+    # A gather's x rows are copied by pointers (TMA cannot gather rows on Hopper), other x by XDesc.
+    (Param("X", lambda a: a.call.x, _gather),
+     Param("stride_x_m", lambda a: a.call.x.stride(-2), _gather),
+     Param("XDesc", lambda a: a.ws_x_desc, _not_gather),
+     Param("WDesc", lambda a: a.ws_w_desc)),
+    (Param("XBlockScales", lambda a: a.call.x_op.block_scales),
+     Param("stride_xbs_m", _x_block_scale_stride_m),
+     Param("stride_xbs_k", lambda a: a.call.x_op.block_scales.stride(-1))),
+    (Param("WBlockScales", lambda a: a.call.w_op.block_scales),
+     Param("stride_wbs_b", lambda a: _batch_stride(a.call.w_op.block_scales)),
+     Param("stride_wbs_k", lambda a: a.call.w_op.block_scales.stride(-2)),
+     Param("stride_wbs_n", lambda a: a.call.w_op.block_scales.stride(-1)),
+     Param("W_SCALE_BLOCK_N", lambda a: a.call.w_op.scale_block_n, constexpr=True)),
+    (Param("SliceSizes", lambda a: a.call.routing.expt_data.slice_sizes),
+     Param("SliceOffs", lambda a: a.call.routing.expt_data.slice_offs),
+     Param("BlockOffs", lambda a: a.call.routing.expt_data.block_offs(a.flags.block_m)),
+     Param("BlockSchedule", lambda a: a.call.routing.expt_data.block_schedule(a.flags.block_m)),
+     Param("n_expts_tot", lambda a: a.call.routing.n_expts_tot, per_call=True)),
+    _GATHER,
+    *_MATMUL_EPILOGUE,
+    (_N, _K),
+    (Param("ACTIVATION_FN", _gluon_activation, lambda v: v.activation is not None, constexpr=True),),
+    (Param("BLOCK_N", lambda a: a.flags.block_n, constexpr=True),
+     Param("STAGES", lambda a: a.flags.num_stages, constexpr=True)),
+)
+
 REDUCE = (
     (Param("Y", lambda a: a.out, lambda v: not v.fused_comm),
      Param("stride_y_b", lambda a: a.out.stride(0), lambda v: not v.fused_comm),
@@ -337,7 +374,7 @@ REDUCE = (
      _OFFSETS_64),
 )
 
-KERNELS = {"tiled": TILED, "persistent": PERSISTENT, "reduce": REDUCE}
+KERNELS = {"tiled": TILED, "persistent": PERSISTENT, "warp_specialized": WARP_SPECIALIZED, "reduce": REDUCE}
 
 
 @lru_cache(maxsize=4096)
@@ -357,7 +394,7 @@ def _present_lines(variant: KernelVariant, kernel: str) -> tuple[tuple[Param, ..
 
 @lru_cache(maxsize=4096)
 def parameters(variant: KernelVariant, kernel: str) -> tuple[Param, ...]:
-    """The parameters of ``variant``'s ``kernel`` ("tiled", "persistent" or "reduce"), in signature order."""
+    """The parameters of ``variant``'s ``kernel`` (a key of ``KERNELS``), in signature order."""
     return tuple(p for line in _present_lines(variant, kernel) for p in line)
 
 

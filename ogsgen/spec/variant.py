@@ -174,6 +174,18 @@ class KernelVariant:
         return (self.family == "matmul" and not self.inner and not self.fused_comm and self.x == self.w
                 and self.x.bits == 16 and self.x.scaling == "none")
 
+    @cached_property  # read on every matmul_ogs call
+    def has_warp_specialized_kernel(self) -> bool:
+        """Whether the variant also has a warp-specialized kernel (``<name>_warp_specialized``, Gluon, sm_90): e4m3
+        x and w with 128 x 128 block scales (fp8e4m3_b128), expert-sorted rows (gathered or not), an epilogue of
+        bias, activation and gammas into a 16- or 32-bit Y written in the sorted rows' order (a top-k scatter's
+        rows, which the reduce sums)."""
+        return (self.family == "matmul" and self.ragged and not self.inner and not self.fused_comm
+                and self.x.bits == 8 and self.w.bits == 8 and self.x.block_size == 128
+                and self.w.scales_apply == "k_group" and self.w.block_size == 128 and self.y.scaling == "none"
+                and not self.scatter and not self.y_acc_in and not self.preact and not self.betas
+                and self.epilogue is None)
+
     @cached_property
     def persistent_stores_y_by_tma(self) -> bool:
         """Whether the persistent kernel stores its Y tiles by TMA (a descriptor of Y): plain Y written in the
