@@ -288,7 +288,7 @@ def test_each_benchmark_and_probe_imports_and_answers_help(script, monkeypatch, 
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # (dataclasses look their module up)
     # Gluon wraps triton.language's functions when first imported, as the interpreter setting that imported them
-    # says: import it before that setting changes (ws_fp8_blocks.py's kernels are Gluon's).
+    # says: import it before that setting changes (the warp-specialized kernels are Gluon's).
     import triton.experimental.gluon.language  # noqa: F401
     # As run from a shell, whether or not conftest.py set it (it does only without a GPU): offline_sm90_check.py
     # refuses the interpreter.

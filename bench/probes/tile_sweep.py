@@ -8,7 +8,8 @@ tile's largest difference from the heuristic's output (relative to its largest m
 per thread) and ``replaced_by`` (an MX binary with ptxas's wgmma register hazard ran this instead: "wait", or a
 fallback tile; ogsgen.runtime.wgmma_hazards). Tiles run one after another, or with ``--in-turn`` in turns (three
 rounds of 40 ms, median), which spreads the clock drift. A tile's suffixes: "w" its waiting kernel (wait_mma), "p" the
-persistent TMA kernel, "t" W^T X^T (swap_ab), "s2" split K in two, "r128" at most 128 registers (maxnreg)."""
+persistent TMA kernel, "t" W^T X^T (swap_ab), "s2" split K in two, "r128" at most 128 registers (maxnreg), "g" the warp-specialized
+kernel (fp8e4m3_b128)."""
 from __future__ import annotations
 
 import argparse
@@ -55,13 +56,14 @@ def sweep(weight_format, cases=None, tiles=None):
 
 def parse_tile(text):
     """"16x128x128x8x3" -> its opt_flags_constraints; "w" adds wait_mma=True, "p" persistent=True, "t" swap_ab
-    (else False, as split_k else 1: no tile keys, so the heuristic's would stay), "s2" split_k=2, "r128" maxnreg=128
-    (in that order)."""
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)x(\d+)(w?)(p?)(t?)(?:s(\d+))?(?:r(\d+))?", text)
+    (else False, as split_k else 1: no tile keys, so the heuristic's would stay), "s2" split_k=2, "r128" maxnreg=128,
+    "g" the warp-specialized kernel (fp8e4m3_b128: 128xBNx128x4xSTAGES; else False) (in that order)."""
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)x(\d+)(w?)(p?)(t?)(?:s(\d+))?(?:r(\d+))?(g?)", text)
     if match is None:
-        raise SystemExit(f"--tiles: cannot read {text!r}; write BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG]")
-    *tile, waits, persistent, swap_ab, split_k, maxnreg = match.groups()
-    constraints = dict(zip(TILE_KEYS, map(int, tile)), split_k=int(split_k or 1), swap_ab=bool(swap_ab))
+        raise SystemExit(f"--tiles: cannot read {text!r}; write BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG][g]")
+    *tile, waits, persistent, swap_ab, split_k, maxnreg, warp_specialized = match.groups()
+    constraints = dict(zip(TILE_KEYS, map(int, tile)), split_k=int(split_k or 1), swap_ab=bool(swap_ab),
+                       warp_specialized=bool(warp_specialized))
     if waits:
         constraints["wait_mma"] = True
     if persistent:
@@ -75,7 +77,7 @@ def tile_name(tile):
     return ("x".join(str(tile[key]) for key in TILE_KEYS) + ("w" if tile.get("wait_mma") else "")
             + ("p" if tile.get("persistent") else "") + ("t" if tile.get("swap_ab") else "")
             + (f"s{tile['split_k']}" if tile.get("split_k", 1) != 1 else "")
-            + (f"r{tile['maxnreg']}" if "maxnreg" in tile else ""))
+            + (f"r{tile['maxnreg']}" if "maxnreg" in tile else "") + ("g" if tile.get("warp_specialized") else ""))
 
 
 def parse_case(text):
@@ -101,7 +103,7 @@ def main():
     parser.add_argument("--cases", nargs="+",
                         help='cases as "shape:tokens" or "dense:MxNxK" (default: the built-in list)')
     parser.add_argument("--tiles", nargs="+",
-                        help="tiles as BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG] (default: the built-in list)")
+                        help="tiles as BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG][g] (default: the built-in list)")
     parser.add_argument("--in-turn", action="store_true",
                         help="time a case's tiles in turn, rounds of CUDA-graph replays as the bench does "
                              "(bench_moe.graph_medians), instead of one after another")
