@@ -31,9 +31,9 @@ def record_loaded_variants():
     """Record every variant these tests launch, to check that the default catalog is covered."""
     original = loader.kernel_for
 
-    def recording(variant, persistent=False):
-        LOADED.add(canonical_name(variant) + ("_persistent" if persistent else ""))
-        return original(variant, persistent)
+    def recording(variant, kernel="tiled"):
+        LOADED.add(canonical_name(variant) + ("" if kernel in ("tiled", "reduce") else f"_{kernel}"))
+        return original(variant, kernel)
 
     loader.kernel_for = recording
     yield

@@ -102,7 +102,8 @@ def offline_sm90(suffix: str, block_n: int, w_scale_block_n: int) -> str:
                 "XDesc": f"tensordesc<fp8e4nv[128, 128],{layout[128]!r}>",
                 "WDesc": f"tensordesc<fp8e4nv[{block_n}, 128],{layout[block_n]!r}>",
                 **dict.fromkeys(("XBlockScales", "WBlockScales", "Bias", "Gammas"), "*fp32"),
-                **dict.fromkeys(("SliceSizes", "SliceOffs", "BlockOffs", "GatherIndx"), "*i32"), "BlockSchedule": "*i64"}
+                **dict.fromkeys(("SliceSizes", "SliceOffs", "BlockOffs", "GatherIndx"), "*i32"),
+                "BlockSchedule": "*i64"}
     constants = {"W_SCALE_BLOCK_N": w_scale_block_n, "BLOCK_N": block_n, "STAGES": 4,
                  "ACTIVATION_FN": as_gluon(variant.activation.fn) if variant.activation else None}
     signature = {p.name: "constexpr" if p.constexpr else pointers.get(p.name, "fp32" if p.name == "out_alpha"

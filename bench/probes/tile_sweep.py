@@ -8,8 +8,8 @@ tile's largest difference from the heuristic's output (relative to its largest m
 per thread) and ``replaced_by`` (an MX binary with ptxas's wgmma register hazard ran this instead: "wait", or a
 fallback tile; ogsgen.runtime.wgmma_hazards). Tiles run one after another, or with ``--in-turn`` in turns (three
 rounds of 40 ms, median), which spreads the clock drift. A tile's suffixes: "w" its waiting kernel (wait_mma), "p" the
-persistent TMA kernel, "t" W^T X^T (swap_ab), "s2" split K in two, "r128" at most 128 registers (maxnreg), "g" the warp-specialized
-kernel (fp8e4m3_b128)."""
+persistent TMA kernel, "t" W^T X^T (swap_ab), "s2" split K in two, "r128" at most 128 registers (maxnreg), "g" the
+warp-specialized kernel (fp8e4m3_b128)."""
 from __future__ import annotations
 
 import argparse

@@ -183,5 +183,6 @@ def ws_blocker(variant: KernelVariant, x: torch.Tensor, w: torch.Tensor, n: int,
         return ("the warp-specialized kernel reads w as (experts, N, K) rows by TMA: pass w K-contiguous, as "
                 "ogsgen.prepare_expert_weights(..., format='fp8e4m3_b128') stores it")
     if x.stride(-1) != 1 or x.stride(-2) % 16 or x.data_ptr() % 16:
-        return f"the warp-specialized kernel copies x's rows 16 bytes at a time: pass x.contiguous() (strides {x.stride()})"
+        return (f"the warp-specialized kernel copies x's rows 16 bytes at a time: pass x.contiguous() (strides "
+                f"{x.stride()})")
     return None
