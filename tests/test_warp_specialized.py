@@ -199,3 +199,14 @@ def test_prefill_calls_take_it_by_default():
     launcher._compiled.clear()
     matmul_ogs(x, w1.w, None, rd, gather_indx=gi, precision_config=w1.precision_config())
     assert any(getattr(key[0], "__name__", "").endswith("_warp_specialized") for key in launcher._compiled)
+
+
+def test_warmup_compiles_it_on_hopper_for_whole_k_steps():
+    from ogsgen.runtime.warmup import WarmupCall, reachable_flags, warmup_calls
+    variant = _ws_variant("ybf16_ragged_gather_bias_act_swiglu")
+    assert not any(f.warp_specialized for f in reachable_flags(variant, 132, tma=True))  # (not sm_90: none)
+    (flags,) = [f for f in reachable_flags(variant, 132, tma=True, wgmma=True) if f.warp_specialized]
+    assert (flags.block_m, flags.block_n, flags.block_k, flags.num_stages) == (128, 128, 128, 4)
+    calls = [c for c in warmup_calls([variant], 132, tma=True, wgmma=True)
+             if isinstance(c, WarmupCall) and c.flags.warp_specialized]
+    assert [c.k % 128 for c in calls] == [0]

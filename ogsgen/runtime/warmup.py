@@ -19,10 +19,13 @@ rows.
 Fused-communication variants are warmed as all-gathers over 1, 2, 4 and 8 ranks (the rank count is a constant of
 the kernel) and as rows sent to shards; so is the top-k reduce that sends a scatter's token rows (top-k 1, 2, 4, 8).
 
-Not covered, compiled on first use: N or K not a multiple of 16, ragged-K calls with padded operands or another
-block_k, fused communication over other rank counts, operands with other strides (MX scales
-K-contiguous among them: Hopper gives them tiles of their own), enforce_bitwise_invariance, top-k other than 1, 2,
-4 and 8, and custom functions whose runtime arguments are not floats (such calls are reported as failed, the rest
+The warp-specialized fp8e4m3_b128 kernel (Gluon, sm_90 prefill) is warmed at its heuristic's launch, K a multiple
+of 128, w's scales per 128 columns (as the tiled kernels: per-column scales of interleaved gate/up weights are a
+binary of their own).
+
+Not covered, compiled on first use: N or K not a multiple of 16, ragged-K calls with padded operands or another block_k, fused communication over other rank counts,
+operands with other strides (MX scales K-contiguous among them: Hopper gives them tiles of their own),
+enforce_bitwise_invariance, top-k other than 1, 2, 4 and 8, and custom functions whose runtime arguments are not floats (such calls are reported as failed, the rest
 goes on). Triton's cache key of a kernel depends on which kernels sharing its helpers were compiled before it in
 the process unless the helpers' keys exist first; ogsgen.numerics.jit keys its helpers at import
 (``settle_triton_cache_keys``), so a binary warmed here is found whatever a later process calls first.
@@ -185,9 +188,10 @@ class WarmupReport:
     hazard_replaced: int = 0  # binaries with ptxas's wgmma register hazard, replaced by safe ones (wgmma_hazards.py)
 
 
-def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> list[OptFlags]:
+def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True, wgmma: bool = False) -> list[OptFlags]:
     """The launch configurations ``matmul_ogs`` may pick for ``variant`` (at batch 1) on a GPU of ``n_sms`` SMs
-    (``tma``: with TMA, i.e. Hopper or later, where persistent kernels run)."""
+    (``tma``: with TMA, i.e. Hopper or later, where persistent kernels run; ``wgmma``: sm_90, where the
+    warp-specialized kernels run)."""
     itemsize = variant.x.torch_dtype.itemsize
     if variant.inner:  # x rows (a model's width), N, an expert's tokens, experts
         return list(dict.fromkeys(inner_flags(itemsize, experts, m, n, k, INNER_BLOCK_K, n_sms)
@@ -223,10 +227,13 @@ def reachable_flags(variant: KernelVariant, n_sms: int, tma: bool = True) -> lis
                                                x_gathered=variant.gather, split_is_free=variant.scatter))
             # Every split count 2..8 runs one binary (split_k is a runtime argument; only 1 is specialized).
             seen.setdefault(replace(flags, split_k=min(flags.split_k, 2)), None)
+    if wgmma and variant.has_warp_specialized_kernel:  # (prefill: 128 rows per expert, K of 16 steps)
+        seen.setdefault(make_opt_flags(TileProblem(itemsize, 1, 128 * 128, 1024, 2048, variant.reduction_n, 128, 128,
+                                                   False, n_sms, **formats, ws_blocker=None)), None)
     return list(seen)
 
 
-def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
+def warmup_calls(variants, n_sms: int, tma: bool = True, wgmma: bool = False) -> list:
     """What warm-up runs: the routing kernels when any variant is ragged, then every matmul variant's calls."""
     calls = [RoutingWarmup(1 << i) for i in range(4, 11)] if any(v.ragged or v.inner for v in variants) else []
     for v in variants:
@@ -234,13 +241,15 @@ def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
             # The top-k reduce that sends a scatter's token rows to the ranks: launched by a scatter call with
             # fused_comm (any k; its plain ragged matmul is a variant warmed on its own), unsplit.
             sender = KernelVariant(v.x, v.x, v.y, ragged=True, scatter=True, gammas=v.gammas, fused_comm=True)
-            flags = next(f for f in reachable_flags(sender, n_sms, tma) if f.split_k == 1)
+            flags = next(f for f in reachable_flags(sender, n_sms, tma, wgmma) if f.split_k == 1)
             calls += [WarmupCall(sender, flags, _K_EVEN, top_k) for top_k in (1, _TOP_K, *_REDUCE_TOP_KS)]
             continue
         if v.family != "matmul":
             continue
-        flag_sets = reachable_flags(v, n_sms, tma)
-        calls += [WarmupCall(v, flags, k, top_k) for flags in flag_sets for k in (_K_EVEN, _K_TAIL)
+        flag_sets = reachable_flags(v, n_sms, tma, wgmma)
+        # (the warp-specialized kernel takes whole 128-deep K steps only)
+        calls += [WarmupCall(v, flags, k, top_k) for flags in flag_sets
+                  for k in ((_K_EVEN,) if flags.warp_specialized else (_K_EVEN, _K_TAIL))
                   for top_k in (_SCATTER_TOP_KS if v.scatter and flags.split_k == 1 else (_TOP_K,))]
         if v.scatter:  # the top-k reduce for more gates: unsplit, and after a split K (a binary of its own)
             splitting = [flags for flags in flag_sets if flags.split_k > 1][:1]
@@ -249,10 +258,10 @@ def warmup_calls(variants, n_sms: int, tma: bool = True) -> list:
     return calls
 
 
-def _gpu(device_index: int) -> tuple[int, bool]:
-    """(SM count, TMA available) of a CUDA device: what the opt-flags heuristic decides on."""
+def _gpu(device_index: int) -> tuple[int, bool, bool]:
+    """(SM count, TMA available, sm_90's wgmma) of a CUDA device: what the opt-flags heuristic decides on."""
     gpu = target(device_index)
-    return gpu.sm_count, gpu.tma
+    return gpu.sm_count, gpu.tma, gpu.wgmma
 
 
 def _weights(variant: KernelVariant, n_experts: int | None, k: int, n: int, device):
