@@ -60,15 +60,21 @@ def test_the_heuristic_takes_it_at_prefill_from_the_measured_sizes():
 
 
 def test_constraints_ask_for_it_and_its_tiles():
-    flags = make_opt_flags(_problem(m=64, constraints=(("block_n", 256), ("warp_specialized", True))))
-    assert flags.warp_specialized and flags.block_n == 256 and flags.num_stages == 4
+    flags = make_opt_flags(_problem(m=64, constraints=(("block_n", 192), ("warp_specialized", True)),
+                                    w_scale_block_n=128))
+    assert flags.warp_specialized and flags.block_n == 192 and flags.num_stages == 4
     for constraints, words in [((("warp_specialized", True),), "no GPU"),
                                ((("warp_specialized", True), ("block_m", 64)), "fixes block_m=128"),
                                ((("warp_specialized", True), ("split_k", 2)), "fixes split_k=1"),
-                               ((("warp_specialized", True), ("block_n", 64)), "block_n=64 must be 128 or 256"),
-                               ((("warp_specialized", True), ("block_n", 256), ("num_stages", 5)), "number 2 to 4")]:
+                               ((("warp_specialized", True), ("block_n", 256)), "block_n=256 must be 128 or 192"),
+                               ((("warp_specialized", True), ("block_n", 192)), "block_n=192 takes w's scales per 128"),
+                               ((("warp_specialized", True), ("num_stages", 7)), "number 2 to 6")]:
         with pytest.raises(InapplicableConstraintError, match=words):
-            make_opt_flags(_problem(blocker="no GPU" if words == "no GPU" else None, constraints=constraints))
+            make_opt_flags(_problem(blocker="no GPU" if words == "no GPU" else None, constraints=constraints,
+                                    w_scale_block_n=1))
+    with pytest.raises(InapplicableConstraintError, match="number 2 to 4"):  # (192 columns: 256 rows of w a slot)
+        make_opt_flags(_problem(constraints=(("warp_specialized", True), ("block_n", 192), ("num_stages", 5)),
+                                blocker=None, w_scale_block_n=128))
 
 
 def test_blockers_name_what_to_change():
@@ -97,10 +103,11 @@ def offline_sm90(suffix: str, block_n: int, w_scale_block_n: int) -> str:
     from ogsgen.runtime import loader, wgmma_hazards
 
     variant = _ws_variant(suffix)
-    layout = {rows: gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv) for rows in (128, block_n)}
+    box = 64 if block_n == 192 else block_n  # (w's box rows, as the launch's descriptor)
+    layout = {rows: gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv) for rows in (128, box)}
     pointers = {"Y": f"*{'bf16' if variant.y.element == 'bf16' else 'fp32'}", "X": "*fp8e4nv",
                 "XDesc": f"tensordesc<fp8e4nv[128, 128],{layout[128]!r}>",
-                "WDesc": f"tensordesc<fp8e4nv[{block_n}, 128],{layout[block_n]!r}>",
+                "WDesc": f"tensordesc<fp8e4nv[{box}, 128],{layout[box]!r}>",
                 **dict.fromkeys(("XBlockScales", "WBlockScales", "Bias", "Gammas"), "*fp32"),
                 **dict.fromkeys(("SliceSizes", "SliceOffs", "BlockOffs", "GatherIndx"), "*i32"),
                 "BlockSchedule": "*i64"}
@@ -125,11 +132,11 @@ def offline_sm90(suffix: str, block_n: int, w_scale_block_n: int) -> str:
 
 
 # (stack bytes on Triton 3.9, 2026-12-07: 32 with bias, SwiGLU and per-column scales at 128 columns, reloaded 3
-# times a K step from L1; none for plain rows; hundreds at 256 columns, which the heuristic leaves to constraints)
+# times a K step from L1; none for plain rows, at 128 or 192 columns)
 @pytest.mark.parametrize("suffix,block_n,w_scale_block_n,most_stack_bytes", [
     ("ybf16_ragged_gather_bias_act_swiglu", 128, 1, 32),  # w1 of a layer: per-column scales of interleaved gate/up
     pytest.param("ybf16_ragged", 128, 128, 0, marks=pytest.mark.slow),  # w2's sorted rows
-    pytest.param("yfp32_ragged_gather", 256, 128, None, marks=pytest.mark.slow)])
+    pytest.param("ybf16_ragged_gather_bias_act_swiglu", 192, 128, 0, marks=pytest.mark.slow)])
 def test_it_compiles_for_sm90(suffix, block_n, w_scale_block_n, most_stack_bytes, tmp_path):
     here = Path(__file__).resolve().parent
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -158,16 +165,14 @@ def _layer(device, tokens=700, hidden=512, inter=256, experts=8, top_k=2):
 
 
 @needs_hopper
-@pytest.mark.parametrize("block_n", [128, 256])
-def test_the_layer_equals_the_tiled_kernels_bit_for_bit(block_n):
+def test_the_layer_equals_the_tiled_kernels_bit_for_bit():
     """w1 gathered with bias and SwiGLU (per-column w scales), w2 scattered with the gates through its sorted rows:
     the warp-specialized kernel's outputs equal the tiled kernel's; a second call (its launch plan) too."""
     rd, gi, si, x, w1, w2 = _layer("cuda")
     b1 = torch.randn(w1.w.shape[0], w1.w.shape[-1], device="cuda") / 4
 
     def layer(ws: bool):
-        constraints = dict(warp_specialized=True, block_n=block_n) if ws else dict(warp_specialized=False)
-        with ogsgen.opt_flags_constraints(**constraints):
+        with ogsgen.opt_flags_constraints(warp_specialized=ws):
             h = matmul_ogs(x, w1.w, b1, rd, gather_indx=gi, fused_activation=SWIGLU,
                            precision_config=w1.precision_config())
             return h, matmul_ogs(h, w2.w, None, rd, scatter_indx=si, gammas=rd.gate_scal,
@@ -179,17 +184,26 @@ def test_the_layer_equals_the_tiled_kernels_bit_for_bit(block_n):
 
 
 @needs_hopper
-def test_128_column_scales_a_float32_output_and_a_quantized_x():
-    """w's scales per 128 x 128 block (no gate/up interleaving), fp32 y, x quantized before the call (act_scale)."""
-    rd, gi, _, x, _, _ = _layer("cuda", hidden=512)
-    w = ogsgen.prepare_expert_weights(torch.randn(8, 256, 512, device="cuda") / 512 ** 0.5, format="fp8e4m3_b128")
+@pytest.mark.parametrize("block_n", [128, 192])
+def test_128_column_scales_a_float32_output_and_a_quantized_x(block_n):
+    """w's scales per 128 x 128 block (no gate/up interleaving), fp32 y, x quantized before the call (act_scale);
+    at 192 columns too (tiles that start mid scale block: N = 768 is 4 tiles); and w2's sorted rows (bf16 y, the
+    gates) at 192 columns."""
+    rd, gi, si, x, _, _ = _layer("cuda", hidden=384)
+    w = ogsgen.prepare_expert_weights(torch.randn(8, 768, 384, device="cuda") / 384 ** 0.5, format="fp8e4m3_b128")
     x8, x_scale = ogsgen.numerics.quantize_fp8(x, (1, 128))
     pc = PrecisionConfig(weight_scale=w.weight_scale, act_scale=x_scale, out_dtype=torch.float32)
+    w2 = ogsgen.prepare_expert_weights(torch.randn(8, 384, 768, device="cuda") / 768 ** 0.5, format="fp8e4m3_b128")
+    h = torch.randn(x.shape[0] * 2, 768, device="cuda").bfloat16()
     outs = []
-    for ws in (False, True):
-        with ogsgen.opt_flags_constraints(warp_specialized=ws):
-            outs.append(matmul_ogs(x8, w.w, None, rd, gather_indx=gi, precision_config=pc))
-    assert outs[0].dtype == torch.float32 and torch.equal(outs[0], outs[1])
+    for constraints in (dict(warp_specialized=False), dict(warp_specialized=True, block_n=block_n)):
+        with ogsgen.opt_flags_constraints(**constraints):
+            outs.append((matmul_ogs(x8, w.w, None, rd, gather_indx=gi, precision_config=pc),
+                         matmul_ogs(h, w2.w, None, rd, scatter_indx=si, gammas=rd.gate_scal,
+                                    precision_config=w2.precision_config())))
+    (y_tiled, y2_tiled), (y_ws, y2_ws) = outs
+    assert y_tiled.dtype == torch.float32 and torch.equal(y_tiled, y_ws) and torch.equal(y2_tiled, y2_ws)
+    assert y_tiled.abs().max() > 0 and y2_tiled.abs().max() > 0
 
 
 @needs_hopper

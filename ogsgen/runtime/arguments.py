@@ -125,7 +125,8 @@ class MatmulInputs:
         return TensorDescriptor.from_tensor(_as_3d(self.out), [1, *block])
 
     # The warp-specialized kernel's (Gluon's descriptors, with the shared-memory layout of their tiles): x's sorted
-    # rows (rows, K) in 128 x 128 boxes, w as (experts * N, K), K-contiguous, in BLOCK_N x 128 boxes.
+    # rows (rows, K) in 128 x 128 boxes, w as (experts * N, K), K-contiguous, in BLOCK_N x 128 boxes (64 x 128 for
+    # 192-column tiles: Gluon's boxes are powers of two).
 
     @property
     def ws_x_desc(self):
@@ -134,7 +135,8 @@ class MatmulInputs:
     @property
     def ws_w_desc(self):
         w = self.call.w.mT  # (experts, N, K), K-contiguous (the kernel's blocker checks it)
-        return _gluon_descriptor(w.reshape(-1, w.shape[-1]), [self.flags.block_n, WS_BLOCK_K])
+        box_n = 64 if self.flags.block_n == 192 else self.flags.block_n
+        return _gluon_descriptor(w.reshape(-1, w.shape[-1]), [box_n, WS_BLOCK_K])
 
     @cached_property
     def _tiles(self) -> int:

@@ -332,6 +332,7 @@ class TileProblem:
     k_group: int = 0                 # K values that share a scale applied per K step (fp8 128 x 128 blocks), or 0
     x_mx: bool = False               # x's scales apply to its values (mxfp8 x, upcast in registers)
     scale_block_k: int = MX_BLOCK    # K values per scale of an operand whose scales apply to its values
+    w_scale_block_n: int = 0         # w's columns per scale where its scales apply per K step (128, or 1), or 0
 
 
 def format_facts(x_fmt, w_fmt, y_fmt) -> dict:
@@ -426,10 +427,15 @@ def _warp_specialized_flags(p: TileProblem, constrained: dict) -> OptFlags:
         if getattr(flags, key) != value:
             raise InapplicableConstraintError(f"warp_specialized=True fixes {key}={value!r} (the kernel's tile rows, "
                                               f"K step and launch), got {getattr(flags, key)!r}: drop {key}")
-    if flags.block_n not in (128, 256) or p.n % flags.block_n:
-        raise InapplicableConstraintError(f"warp_specialized=True: block_n={flags.block_n} must be 128 or 256 and "
+    if flags.block_n not in (128, 192) or p.n % flags.block_n:
+        raise InapplicableConstraintError(f"warp_specialized=True: block_n={flags.block_n} must be 128 or 192 and "
                                           f"divide N={p.n}; use block_n=128")
-    slot_bytes = (WS_BLOCK_M + flags.block_n) * WS_BLOCK_K  # (e4m3: a byte a value)
+    if flags.block_n == 192 and p.w_scale_block_n != 128:  # (per-column scales spill at 192 columns, offline)
+        raise InapplicableConstraintError("warp_specialized=True: block_n=192 takes w's scales per 128 columns, and "
+                                          "these are per column (interleaved gate and linear columns); use "
+                                          "block_n=128")
+    w_rows = 256 if flags.block_n == 192 else flags.block_n  # (a slot's w rows: a power of two)
+    slot_bytes = (WS_BLOCK_M + w_rows) * WS_BLOCK_K  # (e4m3: a byte a value)
     if not 2 <= flags.num_stages <= _WS_SHARED_BYTES // slot_bytes:
         raise InapplicableConstraintError(f"warp_specialized=True: num_stages={flags.num_stages} slots of {slot_bytes} "
                                           f"bytes must number 2 to {_WS_SHARED_BYTES // slot_bytes} (shared memory)")
