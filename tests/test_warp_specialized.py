@@ -187,14 +187,14 @@ def test_the_layer_equals_the_tiled_kernels_bit_for_bit():
 @pytest.mark.parametrize("block_n", [128, 192])
 def test_128_column_scales_a_float32_output_and_a_quantized_x(block_n):
     """w's scales per 128 x 128 block (no gate/up interleaving), fp32 y, x quantized before the call (act_scale);
-    at 192 columns too (tiles that start mid scale block: N = 768 is 4 tiles); and w2's sorted rows (bf16 y, the
-    gates) at 192 columns."""
+    at 192 columns too (N = 640: four tiles, two starting mid scale block, the last stopping at N); and w2's sorted
+    rows (bf16 y, the gates) at 192 columns."""
     rd, gi, si, x, _, _ = _layer("cuda", hidden=384)
-    w = ogsgen.prepare_expert_weights(torch.randn(8, 768, 384, device="cuda") / 384 ** 0.5, format="fp8e4m3_b128")
+    w = ogsgen.prepare_expert_weights(torch.randn(8, 640, 384, device="cuda") / 384 ** 0.5, format="fp8e4m3_b128")
     x8, x_scale = ogsgen.numerics.quantize_fp8(x, (1, 128))
     pc = PrecisionConfig(weight_scale=w.weight_scale, act_scale=x_scale, out_dtype=torch.float32)
-    w2 = ogsgen.prepare_expert_weights(torch.randn(8, 384, 768, device="cuda") / 768 ** 0.5, format="fp8e4m3_b128")
-    h = torch.randn(x.shape[0] * 2, 768, device="cuda").bfloat16()
+    w2 = ogsgen.prepare_expert_weights(torch.randn(8, 384, 640, device="cuda") / 640 ** 0.5, format="fp8e4m3_b128")
+    h = torch.randn(x.shape[0] * 2, 640, device="cuda").bfloat16()
     outs = []
     for constraints in (dict(warp_specialized=False), dict(warp_specialized=True, block_n=block_n)):
         with ogsgen.opt_flags_constraints(**constraints):

@@ -427,9 +427,9 @@ def _warp_specialized_flags(p: TileProblem, constrained: dict) -> OptFlags:
         if getattr(flags, key) != value:
             raise InapplicableConstraintError(f"warp_specialized=True fixes {key}={value!r} (the kernel's tile rows, "
                                               f"K step and launch), got {getattr(flags, key)!r}: drop {key}")
-    if flags.block_n not in (128, 192) or p.n % flags.block_n:
-        raise InapplicableConstraintError(f"warp_specialized=True: block_n={flags.block_n} must be 128 or 192 and "
-                                          f"divide N={p.n}; use block_n=128")
+    if flags.block_n not in (128, 192):  # (N is a multiple of 128: the blocker checks; a 192-column tile may stop at N)
+        raise InapplicableConstraintError(f"warp_specialized=True: block_n={flags.block_n} must be 128 or 192; use "
+                                          f"block_n=128")
     if flags.block_n == 192 and p.w_scale_block_n != 128:  # (per-column scales spill at 192 columns, offline)
         raise InapplicableConstraintError("warp_specialized=True: block_n=192 takes w's scales per 128 columns, and "
                                           "these are per column (interleaved gate and linear columns); use "
