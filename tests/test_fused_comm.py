@@ -218,6 +218,53 @@ def test_symmetric_memory_ranks_against_nccl(world, n_reduce_shards):
     assert len(results) == world and max(results.values()) < 1e-2, results  # bf16 roundings of one result
 
 
+def _back_to_back_rank(rank, world, port, steps, results):
+    """One GPU rank: ``steps`` all-gathers through symmetric memory with no host synchronization between them, each
+    step's rows new (seeded by step and rank, so that every rank knows every rank's rows); counts the steps whose
+    buffer after the barrier differs from the rows every rank wrote in that step (a store not yet visible leaves the
+    step before's rows)."""
+    import torch.distributed._symmetric_memory as symm_mem
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    try:
+        m, k, n = 256, 256, 512
+        w = torch.randn(k, n, device="cuda", generator=torch.Generator("cuda").manual_seed(0)).bfloat16()
+        buffer = symm_mem.empty(m * world, n, dtype=torch.bfloat16, device="cuda")
+        handle = symm_mem.rendezvous(buffer, dist.group.WORLD)
+        handles = torch.tensor(handle.buffer_ptrs, dtype=torch.int64, device="cuda")
+        comm = FusedComm(handles, None, rank, world)
+        stale = torch.zeros((), dtype=torch.int64, device="cuda")
+
+        def rows(step, r):
+            return torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(step * world + r))
+        handle.barrier()
+        for step in range(steps):
+            matmul_ogs(rows(step, rank).bfloat16(), w, None, y=buffer, fused_comm=comm)
+            handle.barrier()  # every rank's stores done before any rank reads
+            expected = torch.stack([matmul_ogs(rows(step, r).bfloat16(), w, None) for r in range(world)], 1)
+            stale += (buffer.view(m, world, n) != expected).any()
+            handle.barrier()  # every rank's reads done before the next step's stores
+        results[rank] = int(stale)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+def test_peer_stores_are_seen_after_the_barrier_step_after_step():
+    """Two ranks, 500 back-to-back steps: whether the kernel's stores into the other GPU's buffer need a fence of
+    their own before torch's symmetric-memory barrier (none is issued): every step's buffer must hold that step's
+    rows."""
+    world = 2
+    if torch.cuda.device_count() < world:
+        pytest.skip(f"needs {world} GPUs")
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_back_to_back_rank, args=(world, 29700 + os.getpid() % 1000, 500, results), nprocs=world, join=True)
+        results = dict(results)
+    assert results == {0: 0, 1: 0}, f"steps with stale rows, per rank: {results}"
+
+
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("k_act", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow)])
 def test_expert_parallel_combine_through_the_topk_reduce(world, k_act, device):
