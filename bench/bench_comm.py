@@ -89,6 +89,9 @@ def main():
     if torch.cuda.device_count() < args.world:
         sys.exit(f"--world {args.world} needs as many GPUs; this machine has {torch.cuda.device_count()}")
     args.out.mkdir(parents=True, exist_ok=True)
+    # NVLink multicast off: the fused path stores to peers point to point (and multicast can take a shared host's
+    # GPUs out of service)
+    os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
     write_env(args.out, world=args.world)
     with mp.Manager() as manager:
         results = manager.dict()

@@ -170,12 +170,20 @@ def test_expert_parallel_layer_sums_to_the_whole(world, device):
         ogsgen.expert_parallel_routing(ids, weights, n_expts, 0, 3)
 
 
-def _symmetric_memory_rank(rank, world, port, n_reduce_shards, results):
-    """One GPU rank: its rows written through symmetric memory, against post_matmul_comm_torch over NCCL."""
+def _init_gpu_rank(rank, world, port):
+    """This process as NCCL rank ``rank`` on GPU ``rank``, NVLink multicast off (point-to-point stores only; a
+    program that uses multicast can take a shared host's GPUs out of service); returns torch's symmetric memory."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NCCL_NVLS_ENABLE="0",
+                      TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
     import torch.distributed._symmetric_memory as symm_mem
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world)
+    return symm_mem
+
+
+def _symmetric_memory_rank(rank, world, port, n_reduce_shards, results):
+    """One GPU rank: its rows written through symmetric memory, against post_matmul_comm_torch over NCCL."""
+    symm_mem = _init_gpu_rank(rank, world, port)
     try:
         torch.manual_seed(rank)
         tokens, n_expts, k_act, width, n = 64, 8, 4, 256, 128
@@ -223,10 +231,7 @@ def _back_to_back_rank(rank, world, port, steps, results):
     step's rows new (seeded by step and rank, so that every rank knows every rank's rows); counts the steps whose
     buffer after the barrier differs from the rows every rank wrote in that step (a store not yet visible leaves the
     step before's rows)."""
-    import torch.distributed._symmetric_memory as symm_mem
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world)
+    symm_mem = _init_gpu_rank(rank, world, port)
     try:
         m, k, n = 256, 256, 512
         w = torch.randn(k, n, device="cuda", generator=torch.Generator("cuda").manual_seed(0)).bfloat16()
