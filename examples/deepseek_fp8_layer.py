@@ -8,10 +8,11 @@ The checkpoint stores each expert's weights as DeepSeek-V3 does: e4m3 values (E,
 concatenated along out in w13, and `weight_scale_inv` of one float32 scale per 128 x 128 block (E, out / 128,
 in / 128); with --format fp8e4m3_channel, one scale per output column (E, out). `prepare_expert_weights` takes them
 as they are (w2 without a copy); matmul_ogs quantizes the bf16 activations per row and 128 columns (per row).
-With b128 weights, w13 writes its SwiGLU output already quantized for w2 (e4m3 and a scale per row and 128
+With b128 weights, w13 writes its activation's output already quantized for w2 (e4m3 and a scale per row and 128
 columns: its out_scale), so no bf16 intermediate reaches memory.
 
-top-k routing -> w13 (gather tokens to experts, fused SwiGLU) -> w2 (times the gates, scattered and summed).
+top-k routing -> w13 (gather tokens to experts, fused SiLU-and-mul: DeepSeek's silu(gate) * up) -> w2 (times the
+gates, scattered and summed).
 """
 import argparse
 
@@ -20,9 +21,6 @@ import torch
 import ogsgen
 from ogsgen.numerics import FP8_BLOCK, dequantize_fp8_torch, quantize_fp8_torch
 from ogsgen.testing import assert_close
-
-SWIGLU_ARGS = (1.702, 7.0)
-
 
 def checkpoint_weights(experts, out, inp, fmt, device):
     """(e4m3 values (E, out, in), their scales) as an fp8 checkpoint stores them."""
@@ -38,12 +36,12 @@ def activation_block(fmt):
 
 def moe_layer(x, logits, w13, w2, top_k, fmt):
     routing_data, gather_indx, scatter_indx = ogsgen.routing(logits, top_k)
-    swiglu = ogsgen.FusedActivation(ogsgen.swiglu, SWIGLU_ARGS)
+    silu_and_mul = ogsgen.FusedActivation(ogsgen.silu_and_mul)
     h_fields, h_scale = {}, {}
     if fmt == "fp8e4m3_b128":  # h written as w2's e4m3 input: a float32 scale per row and 128 columns
         scales = torch.empty(x.shape[0] * top_k, -(-w2.w.shape[-2] // FP8_BLOCK), device=x.device)
         h_fields, h_scale = dict(out_scale=scales), dict(act_scale=scales)
-    h = ogsgen.matmul_ogs(x, w13.w, None, routing_data, gather_indx=gather_indx, fused_activation=swiglu,
+    h = ogsgen.matmul_ogs(x, w13.w, None, routing_data, gather_indx=gather_indx, fused_activation=silu_and_mul,
                           precision_config=w13.precision_config(**h_fields))
     return ogsgen.matmul_ogs(h, w2.w, None, routing_data, scatter_indx=scatter_indx, gammas=routing_data.gate_scal,
                              precision_config=w2.precision_config(**h_scale))
@@ -64,8 +62,7 @@ def moe_layer_torch(x, logits, w13, w2, top_k, fmt):
     for expert in range(gate.shape[0]):
         token, slot = torch.nonzero(experts == expert, as_tuple=True)
         if token.numel():
-            h = ogsgen.swiglu_torch(torch.stack([x_q[token] @ gate[expert].mT, x_q[token] @ up[expert].mT],
-                                                dim=-1).flatten(-2), *SWIGLU_ARGS)
+            h = torch.nn.functional.silu(x_q[token] @ gate[expert].mT) * (x_q[token] @ up[expert].mT)
             h = h.float() if fmt == "fp8e4m3_b128" else h.bfloat16()
             out.index_add_(0, token, (quantized(h) @ w2_ck[expert].mT) * weights[token, slot, None])
     return out

@@ -17,7 +17,7 @@ from .errors import (BuildFolderError, CatalogError, InapplicableConstraint, Ina
 
 _LAZY = {
     ".spec": ("FnSpecs", "KernelVariant", "canonical_name", "register_activation", "register_epilogue", "unregister"),
-    ".spec.builtins": ("swiglu", "swiglu_torch"),
+    ".spec.builtins": ("silu_and_mul", "silu_and_mul_torch", "swiglu", "swiglu_torch"),
     ".spec.operands": ("ScaledOperand",),
     ".moe": ("expert_parallel_routing", "prepare_expert_weights", "routing", "routing_from_topk"),
     ".numerics": ("SwizzledMxValues", "swizzle_mx_values", "unswizzle_mx_values"),

@@ -24,6 +24,7 @@ def quick_few(values, keep):
 # Runtime argument values for the functions the test catalogs use.
 FN_ARG_VALUES = {
     "swiglu": lambda n_out, device: (1.702, 7.0),
+    "silu_and_mul": lambda n_out, device: (),
     "leaky_scaled": lambda n_out, device: (0.125, 1.5),
     "column_scale": lambda n_out, device: (torch.rand(n_out, device=device) + 0.5,),
 }

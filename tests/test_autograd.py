@@ -76,6 +76,23 @@ def test_moe_gather_with_swiglu(k_act, device):
                      atol=3e-2)
 
 
+def test_moe_gather_with_silu_and_mul(device):
+    """The first MoE matmul of DeepSeek, Qwen and Mixtral: tokens gathered to their experts, no bias, fused
+    SiLU-and-mul; its backward kernel (the rows before the activation kept by the forward) against torch's autograd
+    of the reference."""
+    tokens, n_expts, width, n = 29, 6, 32, 40
+    rd, gi, _ = ogsgen.routing(torch.randn(tokens, n_expts, device=device), 2)
+    x = torch.randn(tokens, width, device=device).bfloat16()
+    w = (torch.randn(n_expts, width, n, device=device) / 4).bfloat16()
+    silu_and_mul = FusedActivation(ogsgen.silu_and_mul)
+    _check_gradients(lambda mm, x, w: mm(x, w, None, rd, gather_indx=gi, fused_activation=silu_and_mul), (x, w),
+                     atol=3e-2)
+    # float32 (a dense call): the backward's formula to float32 rounding
+    x, w = torch.randn(24, 32, device=device), torch.randn(32, 48, device=device)
+    _check_gradients(lambda mm, x, w: mm(x, w, None, fused_activation=silu_and_mul, precision_config=FP32), (x, w),
+                     atol=1e-4)
+
+
 @pytest.mark.parametrize("k_act", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow),
                                    pytest.param(8, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("gammas_grad", [True, pytest.param(False, marks=pytest.mark.slow)])

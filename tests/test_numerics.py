@@ -10,7 +10,7 @@ import ogsgen
 from ogsgen import FusedActivation
 from ogsgen.codegen import build
 from ogsgen.spec import canonical_name, default_catalog, load_catalog_file
-from cases import quick_few, run_case, run_moe_case
+from cases import FN_ARG_VALUES, quick_few, run_case, run_moe_case
 from ogsgen.moe import routing_from_topk
 from ogsgen.runtime import loader
 from ogsgen.runtime.matmul import launch
@@ -168,7 +168,7 @@ def test_preact_variant(name, device):
         routing = {}
     bias = torch.randn(*((n_expts,) if variant.ragged else ()), n, device=device) if variant.bias else None
     gammas = torch.rand(rows, device=device) if variant.gammas else None
-    act = FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+    act = FusedActivation(variant.activation, FN_ARG_VALUES[variant.activation.name](n // 2, device))
     expected_z = ogsgen.matmul_ogs_torch(x.float(), w.float(), bias, **routing, out_alpha=0.5)
     expected_y = ogsgen.matmul_ogs_torch(x.float(), w.float(), bias, **routing, out_alpha=0.5, gammas=gammas,
                                          fused_activation=act)

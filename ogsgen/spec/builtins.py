@@ -46,3 +46,27 @@ def swiglu(tile, alpha, limit):
     gate = tl.minimum(gate, limit, propagate_nan=tl.PropagateNan.ALL)
     linear = _clamp_keeping_nan(linear, limit)
     return gate / (1.0 + tl.exp(-alpha * gate)) * (linear + 1.0)
+
+
+def silu_and_mul_torch(tile: torch.Tensor) -> torch.Tensor:
+    """The SiLU-gated unit of DeepSeek, Qwen, Mixtral and Llama's MLPs on interleaved columns: silu(gate) * up,
+    even columns the gate, odd columns the up projection."""
+    return torch.nn.functional.silu(tile[..., 0::2]) * tile[..., 1::2]
+
+
+@triton.jit
+def silu_and_mul_backward(tile, grad):
+    # d/d gate of gate * sigmoid(gate) * up, and d/d up
+    gate, up = tl.split(tl.reshape(tile, (tile.shape[0], tile.shape[1] // 2, 2)))
+    sig = 1.0 / (1.0 + tl.exp(-gate))
+    d_gate = grad * up * sig * (1.0 + gate * (1.0 - sig))
+    d_up = grad * gate * sig
+    return tl.reshape(tl.join(d_gate, d_up), (tile.shape[0], tile.shape[1]))
+
+
+@register_activation(reduction_n=2, reference=silu_and_mul_torch, backward=silu_and_mul_backward)
+@triton.jit
+def silu_and_mul(tile):
+    # Columns arrive interleaved (gate, up, gate, up, ...): fold each pair.
+    gate, up = tl.split(tl.reshape(tile, (tile.shape[0], tile.shape[1] // 2, 2)))
+    return gate / (1.0 + tl.exp(-gate)) * up

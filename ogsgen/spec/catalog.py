@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import CatalogError, OgsgenError, SpecTypeError
-from .builtins import swiglu
+from .builtins import silu_and_mul, swiglu
 from .formats import (BF16, FP8_E4M3, FP8_E4M3_B128, FP8_E4M3_CHANNEL, FP16, FP32, MXFP4, MXFP4_HOPPER, MXFP4_HOPPER_FP8,
                       MXFP8_E4M3, NVFP4)
 from .variant import FEATURES, KernelVariant, canonical_name, companions
@@ -36,7 +36,7 @@ from .variant import FEATURES, KernelVariant, canonical_name, companions
 DEFAULT_CATALOG_NAME = "ogsgen:default"
 # Activations whose default-catalog variants have training twins (preact: the forward also stores the rows before
 # the activation, where the backward takes its gradient); ogsgen.ops.gradients saves them for these only.
-PREACT_ACTIVATIONS = ("swiglu",)
+PREACT_ACTIVATIONS = ("swiglu", "silu_and_mul")
 USER_CATALOG_PACKAGE = "ogsgen.user_catalogs"  # a catalog file imports as <this>.<file stem>; only a name prefix
 
 
@@ -103,9 +103,12 @@ def default_catalog() -> Catalog:
     moe_formats = [(BF16, BF16, BF16), (FP16, FP16, FP16)]
     variants = [
         *variant_product(dense_formats, activations=(None, swiglu), bias=(False, True), gammas=(False, True)),
-        # First MoE matmul: gather tokens to experts, fused SwiGLU (gpt-oss with bias, DeepSeek/Qwen without).
+        # First MoE matmul: gather tokens to experts, fused SwiGLU (gpt-oss, with bias) or SiLU-and-mul (DeepSeek,
+        # Qwen, Mixtral: no bias), as the dense MLPs of those models.
         *variant_product(moe_formats, activations=(None, swiglu), ragged=(True,), gather=(True,),
                          bias=(False, True)),
+        *variant_product(moe_formats, activations=(silu_and_mul,), ragged=(True,), gather=(True,)),
+        *variant_product(moe_formats, activations=(silu_and_mul,)),
         # Second MoE matmul: scatter back, weighted by the router's gammas, summed over the top-k.
         *variant_product(moe_formats, ragged=(True,), scatter=(True,), bias=(False, True), gammas=(False, True)),
         # Rows already sorted by expert (no gather/scatter).
@@ -138,10 +141,15 @@ def default_catalog() -> Catalog:
         *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, NVFP4, BF16),
                           (BF16, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, BF16), *_BLOCK_F32],
                          ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
-        # DeepSeek-style fp8 MLPs with no bf16 intermediate: w1 writes its SwiGLU output (or its rows, for an
+        # ... and with SiLU-and-mul, the activation of the models that ship those checkpoints.
+        *variant_product([(BF16, NVFP4, BF16), (BF16, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, BF16), *_BLOCK_F32],
+                         activations=(silu_and_mul,), ragged=(True,), gather=(True,)),
+        # DeepSeek-style fp8 MLPs with no bf16 intermediate: w1 writes its activation's output (or its rows, for an
         # activation applied apart) as e4m3 with a scale per row and 128 columns, the activations w2 takes.
         *variant_product([(FP8_E4M3_B128, FP8_E4M3_B128, FP8_E4M3_B128)], activations=(None, swiglu), ragged=(True,),
                          gather=(True,), bias=(False, True)),
+        *variant_product([(FP8_E4M3_B128, FP8_E4M3_B128, FP8_E4M3_B128)], activations=(silu_and_mul,), ragged=(True,),
+                         gather=(True,)),
         *variant_product([(BF16, MXFP4, BF16), (BF16, MXFP4_HOPPER, BF16), (BF16, NVFP4, BF16),
                           (BF16, MXFP8_E4M3, BF16), (BF16, FP8_E4M3, BF16),
                           (FP8_E4M3, FP8_E4M3, BF16), (FP8_E4M3, FP8_E4M3, FP8_E4M3), *_BLOCK_F32],
