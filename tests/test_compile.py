@@ -1,6 +1,7 @@
 """torch.compile and torch.library: a whole MoE layer (routing, w1 gather + SwiGLU, w2 scatter + gammas) traced with
 fullgraph=True, forward and backward equal to eager; the custom ops checked by torch.library.opcheck; on the GPU,
 inductor and a CUDA graph of the layer including its routing."""
+import functools
 import warnings
 
 import pytest
@@ -14,9 +15,9 @@ SWIGLU = FusedActivation(ogsgen.swiglu, (1.702, 7.0))
 TOKENS, N_EXPTS, K_ACT, WIDTH, HIDDEN = 16, 4, 2, 32, 24
 
 
-def moe_layer(x, router_w, w1, b1, w2, b2):
+def moe_layer(x, router_w, w1, b1, w2, b2, activation=SWIGLU):
     rd, gi, si = ogsgen.routing(x.float() @ router_w, K_ACT)
-    h = ogsgen.matmul_ogs(x, w1, b1, rd, gather_indx=gi, fused_activation=SWIGLU)
+    h = ogsgen.matmul_ogs(x, w1, b1, rd, gather_indx=gi, fused_activation=activation)
     return ogsgen.matmul_ogs(h, w2, b2, rd, scatter_indx=si, gammas=rd.gate_scal)
 
 
@@ -38,13 +39,15 @@ def _forward_backward(fn, params):
 
 
 @pytest.mark.slow  # (6 s on a CPU)
-def test_fullgraph_moe_layer_matches_eager(device):
+@pytest.mark.parametrize("activation", [SWIGLU, FusedActivation(ogsgen.silu_and_mul)], ids=["swiglu", "silu_and_mul"])
+def test_fullgraph_moe_layer_matches_eager(activation, device):
     params = _parameters(device)
     backend = "inductor" if device == "cuda" else "aot_eager"  # inductor's CPU code needs a C++ compiler
     torch._dynamo.reset()
-    compiled = torch.compile(moe_layer, fullgraph=True, backend=backend)
+    layer = functools.partial(moe_layer, activation=activation)
+    compiled = torch.compile(layer, fullgraph=True, backend=backend)
     out, grads = _forward_backward(compiled, params)
-    out_eager, grads_eager = _forward_backward(moe_layer, params)
+    out_eager, grads_eager = _forward_backward(layer, params)
     torch.testing.assert_close(out, out_eager, atol=0, rtol=0)
     for grad, grad_eager in zip(grads, grads_eager):
         # the same kernels; inductor fuses the elementwise steps around them (x's two gradients, from the router
