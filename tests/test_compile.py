@@ -1,7 +1,6 @@
 """torch.compile and torch.library: a whole MoE layer (routing, w1 gather + SwiGLU, w2 scatter + gammas) traced with
 fullgraph=True, forward and backward equal to eager; the custom ops checked by torch.library.opcheck; on the GPU,
 inductor and a CUDA graph of the layer including its routing."""
-import functools
 import warnings
 
 import pytest
@@ -12,12 +11,20 @@ import ogsgen
 from ogsgen import FusedActivation
 
 SWIGLU = FusedActivation(ogsgen.swiglu, (1.702, 7.0))
+SILU_AND_MUL = FusedActivation(ogsgen.silu_and_mul)
 TOKENS, N_EXPTS, K_ACT, WIDTH, HIDDEN = 16, 4, 2, 32, 24
 
 
-def moe_layer(x, router_w, w1, b1, w2, b2, activation=SWIGLU):
+def moe_layer(x, router_w, w1, b1, w2, b2):
     rd, gi, si = ogsgen.routing(x.float() @ router_w, K_ACT)
-    h = ogsgen.matmul_ogs(x, w1, b1, rd, gather_indx=gi, fused_activation=activation)
+    h = ogsgen.matmul_ogs(x, w1, b1, rd, gather_indx=gi, fused_activation=SWIGLU)
+    return ogsgen.matmul_ogs(h, w2, b2, rd, scatter_indx=si, gammas=rd.gate_scal)
+
+
+def silu_moe_layer(x, router_w, w1, b1, w2, b2):
+    """The layer with DeepSeek's, Qwen's and Mixtral's activation."""
+    rd, gi, si = ogsgen.routing(x.float() @ router_w, K_ACT)
+    h = ogsgen.matmul_ogs(x, w1, b1, rd, gather_indx=gi, fused_activation=SILU_AND_MUL)
     return ogsgen.matmul_ogs(h, w2, b2, rd, scatter_indx=si, gammas=rd.gate_scal)
 
 
@@ -39,12 +46,11 @@ def _forward_backward(fn, params):
 
 
 @pytest.mark.slow  # (6 s on a CPU)
-@pytest.mark.parametrize("activation", [SWIGLU, FusedActivation(ogsgen.silu_and_mul)], ids=["swiglu", "silu_and_mul"])
-def test_fullgraph_moe_layer_matches_eager(activation, device):
+@pytest.mark.parametrize("layer", [moe_layer, silu_moe_layer], ids=["swiglu", "silu_and_mul"])
+def test_fullgraph_moe_layer_matches_eager(layer, device):
     params = _parameters(device)
     backend = "inductor" if device == "cuda" else "aot_eager"  # inductor's CPU code needs a C++ compiler
     torch._dynamo.reset()
-    layer = functools.partial(moe_layer, activation=activation)
     compiled = torch.compile(layer, fullgraph=True, backend=backend)
     out, grads = _forward_backward(compiled, params)
     out_eager, grads_eager = _forward_backward(layer, params)
@@ -75,6 +81,24 @@ def test_token_counts_share_one_dynamic_graph(device):
                                        rtol=0)
         frames.append(counter.frame_count)
     assert frames[1:] == frames[:1] * 2, f"compiled frames after each token count: {frames} (a recompile)"
+
+
+def test_an_activation_passed_in_compiles_with_dynamic_shapes(device):
+    """A layer that takes its FusedActivation as an argument, compiled with dynamic shapes (dynamo traces the
+    argument's int fields as symbols): equal to eager at two row counts, one graph."""
+    def layer(x, w, activation):
+        return ogsgen.matmul_ogs(x, w, None, fused_activation=activation)
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(layer, fullgraph=True, backend=counter, dynamic=True)
+    w = torch.randn(WIDTH, 2 * HIDDEN, device=device).bfloat16()
+    frames = []
+    for rows in (16, 24, 9):
+        x = torch.randn(rows, WIDTH, device=device).bfloat16()
+        for activation in (SWIGLU, SILU_AND_MUL):
+            torch.testing.assert_close(compiled(x, w, activation), layer(x, w, activation), atol=0, rtol=0)
+        frames.append(counter.frame_count)
+    assert frames[2] == frames[1], f"compiled frames after each row count: {frames} (a recompile)"
 
 
 @pytest.mark.slow  # (6 s on a CPU)

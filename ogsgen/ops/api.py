@@ -103,7 +103,10 @@ def _has_scales(pc: PrecisionConfig) -> bool:
 
 def _activation(act) -> tuple[str, list]:
     name = act.specs.name
-    if registered("activation", name) != act.specs:
+    specs = registered("activation", name)
+    # (identity first: under torch.compile with dynamic shapes a FusedActivation passed in as an argument has its
+    # int fields traced as symbols, which FnSpecs' field-by-field equality cannot branch on)
+    if specs is not act.specs and specs != act.specs:
         raise SpecError(f"fused_activation {name!r} is not the registered activation of that name; register it "
                         f"with ogsgen.register_activation")
     if act.specs.reference is None:
