@@ -23,10 +23,11 @@ The warp-specialized fp8e4m3_b128 kernel (Gluon, sm_90 prefill) is warmed at its
 of 128, w's scales per 128 columns (as the tiled kernels: per-column scales of interleaved gate/up weights are a
 binary of their own).
 
-Not covered, compiled on first use: N or K not a multiple of 16, ragged-K calls with padded operands or another block_k, fused communication over other rank counts,
-operands with other strides (MX scales K-contiguous among them: Hopper gives them tiles of their own),
-enforce_bitwise_invariance, top-k other than 1, 2, 4 and 8, and custom functions whose runtime arguments are not floats (such calls are reported as failed, the rest
-goes on). Triton's cache key of a kernel depends on which kernels sharing its helpers were compiled before it in
+Not covered, compiled on first use: N or K not a multiple of 16, ragged-K calls with padded operands or another
+block_k, fused communication over other rank counts, operands with other strides (MX scales K-contiguous among
+them: Hopper gives them tiles of their own), enforce_bitwise_invariance, top-k other than 1, 2, 4 and 8, and custom
+functions whose runtime arguments are not floats (such calls are reported as failed, the rest goes on). Triton's
+cache key of a kernel depends on which kernels sharing its helpers were compiled before it in
 the process unless the helpers' keys exist first; ogsgen.numerics.jit keys its helpers at import
 (``settle_triton_cache_keys``), so a binary warmed here is found whatever a later process calls first.
 """
