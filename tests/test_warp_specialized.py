@@ -16,7 +16,8 @@ import ogsgen
 from ogsgen import PrecisionConfig, matmul_ogs
 from ogsgen.errors import InapplicableConstraintError
 from ogsgen.runtime.descriptors import ws_blocker
-from ogsgen.runtime.opt_flags import WS_MIN_K, WS_MIN_ROWS_PER_EXPERT, TileProblem, make_opt_flags
+from ogsgen.runtime.opt_flags import (WS_MIN_K, WS_MIN_ROWS_PER_EXPERT, TileProblem, current_constraints,
+                                      make_opt_flags)
 from ogsgen.spec import default_catalog
 from ogsgen.spec.kernel_abi import parameters
 from ogsgen.spec.variant import canonical_name
@@ -75,6 +76,19 @@ def test_constraints_ask_for_it_and_its_tiles():
     with pytest.raises(InapplicableConstraintError, match="number 2 to 4"):  # (192 columns: 256 rows of w a slot)
         make_opt_flags(_problem(constraints=(("warp_specialized", True), ("block_n", 192), ("num_stages", 5)),
                                 blocker=None, w_scale_block_n=128))
+
+
+def test_192_columns_pass_the_public_constraints_and_only_for_this_kernel():
+    """opt_flags_constraints takes block_n=192 (this kernel's wide tile; the tiled kernels' tiles are powers of
+    two): on 2026-12-07 the public check refused it before any kernel saw it."""
+    with ogsgen.opt_flags_constraints(warp_specialized=True, block_n=192):
+        assert make_opt_flags(_problem(constraints=current_constraints(), w_scale_block_n=128)).block_n == 192
+    with ogsgen.opt_flags_constraints(block_n=192):  # the tiled kernel's launch
+        with pytest.raises(InapplicableConstraintError, match="block_n=192 is the warp-specialized kernel's"):
+            make_opt_flags(_problem(blocker="no GPU", constraints=current_constraints(), w_scale_block_n=128))
+    with pytest.raises(InapplicableConstraintError, match="block_n must be a power of two"):
+        with ogsgen.opt_flags_constraints(fallback_tiles=((192, 128, 8, 3, False),)):
+            pass
 
 
 def test_blockers_name_what_to_change():

@@ -64,6 +64,7 @@ _FALLBACK_TILE_KEYS = ("block_n", "block_k", "num_warps", "num_stages", "wait_mm
 # The warp-specialized kernel's fixed tile rows and K step, and its launch's register cap (ptxas's per thread of the
 # 12 warps, which the partitions redistribute: 232 each consumer warpgroup's, 40 the producer's)
 WS_BLOCK_M, WS_BLOCK_K, WS_MAXNREG = 128, 128, 168
+WS_WIDE_BLOCK_N = 192  # its wide tile (a 128- and a 64-column piece), the one block_n that is no power of two
 # Rows per expert and K from which it runs: on an H200 it took 0.86-0.95x the tiled kernel's time with 128 or more
 # rows per expert and K >= 2048 (DeepSeek-V3 w1 at T=8192 1.00x), 1.08x on DeepSeek-V3 w1 at 64 rows per expert
 # (T=2048), and its probe 1.02x at K = 768 on an H100 (2026-12-07, docs/heuristics.md)
@@ -125,7 +126,7 @@ def _check_constraint(name: str, key: str, value) -> None:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be a positive int, got {value!r}")
-    if key in _POWER_OF_TWO_KEYS and value & (value - 1):
+    if key in _POWER_OF_TWO_KEYS and value & (value - 1) and not (name == "block_n" and value == WS_WIDE_BLOCK_N):
         raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be a power of two, got {value}")
     if key.startswith("block_") and value < 16:
         raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be at least 16 (tl.dot), got {value}")
@@ -427,14 +428,15 @@ def _warp_specialized_flags(p: TileProblem, constrained: dict) -> OptFlags:
         if getattr(flags, key) != value:
             raise InapplicableConstraintError(f"warp_specialized=True fixes {key}={value!r} (the kernel's tile rows, "
                                               f"K step and launch), got {getattr(flags, key)!r}: drop {key}")
-    if flags.block_n not in (128, 192):  # (N is a multiple of 128: the blocker checks; a 192-column tile may stop at N)
-        raise InapplicableConstraintError(f"warp_specialized=True: block_n={flags.block_n} must be 128 or 192; use "
-                                          f"block_n=128")
-    if flags.block_n == 192 and p.w_scale_block_n != 128:  # (per-column scales spill at 192 columns, offline)
+    if flags.block_n not in (128, WS_WIDE_BLOCK_N):  # (N is a multiple of 128: the blocker checks; a wide tile may
+        # stop at N)
+        raise InapplicableConstraintError(f"warp_specialized=True: block_n={flags.block_n} must be 128 or "
+                                          f"{WS_WIDE_BLOCK_N}; use block_n=128")
+    if flags.block_n == WS_WIDE_BLOCK_N and p.w_scale_block_n != 128:  # (per-column scales spill there, offline)
         raise InapplicableConstraintError("warp_specialized=True: block_n=192 takes w's scales per 128 columns, and "
                                           "these are per column (interleaved gate and linear columns); use "
                                           "block_n=128")
-    w_rows = 256 if flags.block_n == 192 else flags.block_n  # (a slot's w rows: a power of two)
+    w_rows = 256 if flags.block_n == WS_WIDE_BLOCK_N else flags.block_n  # (a slot's w rows: a power of two)
     slot_bytes = (WS_BLOCK_M + w_rows) * WS_BLOCK_K  # (e4m3: a byte a value)
     if not 2 <= flags.num_stages <= _WS_SHARED_BYTES // slot_bytes:
         raise InapplicableConstraintError(f"warp_specialized=True: num_stages={flags.num_stages} slots of {slot_bytes} "
@@ -491,6 +493,9 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
                   y_scale_block: int, k_group: int = 0, x_mx: bool = False, scale_block_k: int = MX_BLOCK
                   ) -> str | None:
     """Why the operands cannot take this tile's block sizes, or None."""
+    if flags.block_n & (flags.block_n - 1) and not flags.warp_specialized:
+        return (f"block_n={flags.block_n} is the warp-specialized kernel's tile (fp8e4m3_b128 on sm_90: add "
+                f"warp_specialized=True); the tiled and persistent kernels take powers of two")
     if y_scale_block and (flags.block_n // reduction_n) % y_scale_block:
         return (f"block_n={flags.block_n}: an output with a scale per {y_scale_block} columns needs block_n // "
                 f"reduction_n to be a multiple of {y_scale_block}")
