@@ -32,7 +32,7 @@ def _kernels(variant, name):
         for partition in ("load", "compute"):  # the kernel's parameters, then its shared memory and warpgroup
             fn = functions.pop(f"{name}_ws_{partition}")
             assert [a.arg for a in fn.args.args] == declared + ["x_bufs", "w_bufs", "ready", "empty", "WG"]
-        for helper in ("tile", "pieces", "promote"):
+        for helper in ("tile", "promote"):
             functions.pop(f"{name}_ws_{helper}")
     assert not functions, f"{name}: functions the ABI does not declare: {sorted(functions)}"
     return kernels

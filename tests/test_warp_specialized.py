@@ -61,34 +61,16 @@ def test_the_heuristic_takes_it_at_prefill_from_the_measured_sizes():
 
 
 def test_constraints_ask_for_it_and_its_tiles():
-    flags = make_opt_flags(_problem(m=64, constraints=(("block_n", 192), ("warp_specialized", True)),
-                                    w_scale_block_n=128))
-    assert flags.warp_specialized and flags.block_n == 192 and flags.num_stages == 4
+    with ogsgen.opt_flags_constraints(warp_specialized=True, num_stages=3):  # (through the public check)
+        flags = make_opt_flags(_problem(m=64, constraints=current_constraints()))
+    assert flags.warp_specialized and (flags.block_m, flags.block_n, flags.num_stages) == (128, 128, 3)
     for constraints, words in [((("warp_specialized", True),), "no GPU"),
                                ((("warp_specialized", True), ("block_m", 64)), "fixes block_m=128"),
                                ((("warp_specialized", True), ("split_k", 2)), "fixes split_k=1"),
-                               ((("warp_specialized", True), ("block_n", 256)), "block_n=256 must be 128 or 192"),
-                               ((("warp_specialized", True), ("block_n", 192)), "block_n=192 takes w's scales per 128"),
+                               ((("warp_specialized", True), ("block_n", 256)), "fixes block_n=128"),
                                ((("warp_specialized", True), ("num_stages", 7)), "number 2 to 6")]:
         with pytest.raises(InapplicableConstraintError, match=words):
-            make_opt_flags(_problem(blocker="no GPU" if words == "no GPU" else None, constraints=constraints,
-                                    w_scale_block_n=1))
-    with pytest.raises(InapplicableConstraintError, match="number 2 to 4"):  # (192 columns: 256 rows of w a slot)
-        make_opt_flags(_problem(constraints=(("warp_specialized", True), ("block_n", 192), ("num_stages", 5)),
-                                blocker=None, w_scale_block_n=128))
-
-
-def test_192_columns_pass_the_public_constraints_and_only_for_this_kernel():
-    """opt_flags_constraints takes block_n=192 (this kernel's wide tile; the tiled kernels' tiles are powers of
-    two): on 2026-12-07 the public check refused it before any kernel saw it."""
-    with ogsgen.opt_flags_constraints(warp_specialized=True, block_n=192):
-        assert make_opt_flags(_problem(constraints=current_constraints(), w_scale_block_n=128)).block_n == 192
-    with ogsgen.opt_flags_constraints(block_n=192):  # the tiled kernel's launch
-        with pytest.raises(InapplicableConstraintError, match="block_n=192 is the warp-specialized kernel's"):
-            make_opt_flags(_problem(blocker="no GPU", constraints=current_constraints(), w_scale_block_n=128))
-    with pytest.raises(InapplicableConstraintError, match="block_n must be a power of two"):
-        with ogsgen.opt_flags_constraints(fallback_tiles=((192, 128, 8, 3, False),)):
-            pass
+            make_opt_flags(_problem(blocker="no GPU" if words == "no GPU" else None, constraints=constraints))
 
 
 def test_blockers_name_what_to_change():
@@ -104,7 +86,7 @@ def test_blockers_name_what_to_change():
         assert "K-contiguous" in ws_blocker(variant, x.cuda(), w.contiguous().cuda(), 256, 256)
 
 
-def offline_sm90(suffix: str, block_n: int, w_scale_block_n: int) -> str:
+def offline_sm90(suffix: str, w_scale_block_n: int) -> str:
     """JSON: whether the variant's warp-specialized kernel, compiled for sm_90 with Triton's own compiler and ptxas
     (no GPU; in a process without TRITON_INTERPRET, which replaces @triton.jit), has fp8 wgmmas, and its bytes of local
     memory (spilled registers). Its arguments are typed as a launch types them."""
@@ -117,15 +99,13 @@ def offline_sm90(suffix: str, block_n: int, w_scale_block_n: int) -> str:
     from ogsgen.runtime import loader, wgmma_hazards
 
     variant = _ws_variant(suffix)
-    box = 64 if block_n == 192 else block_n  # (w's box rows, as the launch's descriptor)
-    layout = {rows: gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv) for rows in (128, box)}
+    layout = gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv)
     pointers = {"Y": f"*{'bf16' if variant.y.element == 'bf16' else 'fp32'}", "X": "*fp8e4nv",
-                "XDesc": f"tensordesc<fp8e4nv[128, 128],{layout[128]!r}>",
-                "WDesc": f"tensordesc<fp8e4nv[{box}, 128],{layout[box]!r}>",
+                **dict.fromkeys(("XDesc", "WDesc"), f"tensordesc<fp8e4nv[128, 128],{layout!r}>"),
                 **dict.fromkeys(("XBlockScales", "WBlockScales", "Bias", "Gammas"), "*fp32"),
                 **dict.fromkeys(("SliceSizes", "SliceOffs", "BlockOffs", "GatherIndx"), "*i32"),
                 "BlockSchedule": "*i64"}
-    constants = {"W_SCALE_BLOCK_N": w_scale_block_n, "BLOCK_N": block_n, "STAGES": 4,
+    constants = {"W_SCALE_BLOCK_N": w_scale_block_n, "BLOCK_N": 128, "STAGES": 4,
                  "ACTIVATION_FN": as_gluon(variant.activation.fn) if variant.activation else None}
     signature = {p.name: "constexpr" if p.constexpr else pointers.get(p.name, "fp32" if p.name == "out_alpha"
                                                                      or p.name.startswith("act_") else "i32")
@@ -146,15 +126,14 @@ def offline_sm90(suffix: str, block_n: int, w_scale_block_n: int) -> str:
 
 
 # (stack bytes on Triton 3.9, 2026-12-07: 32 with bias, SwiGLU and per-column scales at 128 columns, reloaded 3
-# times a K step from L1; none for plain rows, at 128 or 192 columns)
-@pytest.mark.parametrize("suffix,block_n,w_scale_block_n,most_stack_bytes", [
-    ("ybf16_ragged_gather_bias_act_swiglu", 128, 1, 32),  # w1 of a layer: per-column scales of interleaved gate/up
-    pytest.param("ybf16_ragged", 128, 128, 0, marks=pytest.mark.slow),  # w2's sorted rows
-    pytest.param("ybf16_ragged_gather_bias_act_swiglu", 192, 128, 0, marks=pytest.mark.slow)])
-def test_it_compiles_for_sm90(suffix, block_n, w_scale_block_n, most_stack_bytes, tmp_path):
+# times a K step from L1; none for plain rows)
+@pytest.mark.parametrize("suffix,w_scale_block_n,most_stack_bytes", [
+    ("ybf16_ragged_gather_bias_act_swiglu", 1, 32),  # w1 of a layer: per-column scales of interleaved gate/up
+    pytest.param("ybf16_ragged", 128, 0, marks=pytest.mark.slow)])  # w2's sorted rows
+def test_it_compiles_for_sm90(suffix, w_scale_block_n, most_stack_bytes, tmp_path):
     here = Path(__file__).resolve().parent
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    call = f"import test_warp_specialized as t; print(t.offline_sm90({suffix!r}, {block_n}, {w_scale_block_n}))"
+    call = f"import test_warp_specialized as t; print(t.offline_sm90({suffix!r}, {w_scale_block_n}))"
     done = subprocess.run([sys.executable, "-c", call], cwd=here, capture_output=True, text=True, timeout=600,
                           env=dict(env, PYTHONPATH=os.pathsep.join([str(here), str(here.parent),
                                                                     env.get("PYTHONPATH", "")]),
@@ -198,11 +177,9 @@ def test_the_layer_equals_the_tiled_kernels_bit_for_bit():
 
 
 @needs_hopper
-@pytest.mark.parametrize("block_n", [128, 192])
-def test_128_column_scales_a_float32_output_and_a_quantized_x(block_n):
-    """w's scales per 128 x 128 block (no gate/up interleaving), fp32 y, x quantized before the call (act_scale);
-    at 192 columns too (N = 640: four tiles, two starting mid scale block, the last stopping at N); and w2's sorted
-    rows (bf16 y, the gates) at 192 columns."""
+def test_128_column_scales_a_float32_output_and_a_quantized_x():
+    """w's scales per 128 x 128 block (no gate/up interleaving), fp32 y, x quantized before the call (act_scale),
+    N = 640 (five tiles); and w2's sorted rows (bf16 y, the gates)."""
     rd, gi, si, x, _, _ = _layer("cuda", hidden=384)
     w = ogsgen.prepare_expert_weights(torch.randn(8, 640, 384, device="cuda") / 384 ** 0.5, format="fp8e4m3_b128")
     x8, x_scale = ogsgen.numerics.quantize_fp8(x, (1, 128))
@@ -210,8 +187,8 @@ def test_128_column_scales_a_float32_output_and_a_quantized_x(block_n):
     w2 = ogsgen.prepare_expert_weights(torch.randn(8, 384, 640, device="cuda") / 640 ** 0.5, format="fp8e4m3_b128")
     h = torch.randn(x.shape[0] * 2, 640, device="cuda").bfloat16()
     outs = []
-    for constraints in (dict(warp_specialized=False), dict(warp_specialized=True, block_n=block_n)):
-        with ogsgen.opt_flags_constraints(**constraints):
+    for ws in (False, True):
+        with ogsgen.opt_flags_constraints(warp_specialized=ws):
             outs.append((matmul_ogs(x8, w.w, None, rd, gather_indx=gi, precision_config=pc),
                          matmul_ogs(h, w2.w, None, rd, scatter_indx=si, gammas=rd.gate_scal,
                                     precision_config=w2.precision_config())))

@@ -16,7 +16,7 @@ from ..spec.variant import KernelVariant
 from ..types import Epilogue, FusedActivation, FusedComm, InnerRoutingData, PrecisionConfig, RoutingData
 from . import loader, memory
 from .descriptors import prefetch_rows, ragged_rows_descriptor
-from .opt_flags import WS_BLOCK_K, WS_BLOCK_M, WS_MAXNREG, OptFlags, reduce_tile, row_tiles
+from .opt_flags import WS_BLOCK_K, WS_BLOCK_M, WS_BLOCK_N, WS_MAXNREG, OptFlags, reduce_tile, row_tiles
 
 
 def cdiv(a: int, b: int) -> int:
@@ -125,8 +125,7 @@ class MatmulInputs:
         return TensorDescriptor.from_tensor(_as_3d(self.out), [1, *block])
 
     # The warp-specialized kernel's (Gluon's descriptors, with the shared-memory layout of their tiles): x's sorted
-    # rows (rows, K) in 128 x 128 boxes, w as (experts * N, K), K-contiguous, in BLOCK_N x 128 boxes (64 x 128 for
-    # 192-column tiles: Gluon's boxes are powers of two).
+    # rows (rows, K) in 128 x 128 boxes, w as (experts * N, K), K-contiguous, in 128 x 128 boxes.
 
     @property
     def ws_x_desc(self):
@@ -135,8 +134,7 @@ class MatmulInputs:
     @property
     def ws_w_desc(self):
         w = self.call.w.mT  # (experts, N, K), K-contiguous (the kernel's blocker checks it)
-        box_n = 64 if self.flags.block_n == 192 else self.flags.block_n
-        return _gluon_descriptor(w.reshape(-1, w.shape[-1]), [box_n, WS_BLOCK_K])
+        return _gluon_descriptor(w.reshape(-1, w.shape[-1]), [WS_BLOCK_N, WS_BLOCK_K])
 
     @cached_property
     def _tiles(self) -> int:

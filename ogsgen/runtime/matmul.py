@@ -256,7 +256,6 @@ def _launch_choice(variant: KernelVariant, call: Call, y: torch.Tensor, n_out: i
         ws_blocker=ws_blocker(topk_plan(variant)[0] if topk else variant, x, w, call.n, call.k),
         x_gathered=variant.gather, split_is_free=topk, w_k_major=w_k_major,
         **format_facts(variant.x, variant.w, variant.y),
-        w_scale_block_n=call.w_op.scale_block_n if variant.w.scales_apply == "k_group" else 0,
         mx_scales_n_contiguous=variant.w.scales_apply == "operand" and call.w_op.block_scales.stride(-1) == 1)
     flags = make_opt_flags(problem)
     matmul_variant, reduce_variant, matmul_out = _matmul_output(variant, call, flags, topk, y, n_out)

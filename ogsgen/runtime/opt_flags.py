@@ -61,10 +61,11 @@ _POWER_OF_TWO_KEYS = ("block_m", "block_n", "block_k", "num_warps")
 _BOOLEAN_KEYS = ("persistent", "wait_mma", "swap_ab", "warp_specialized")
 TILE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")  # a tile, as constraints name it
 _FALLBACK_TILE_KEYS = ("block_n", "block_k", "num_warps", "num_stages", "wait_mma")
-# The warp-specialized kernel's fixed tile rows and K step, and its launch's register cap (ptxas's per thread of the
-# 12 warps, which the partitions redistribute: 232 each consumer warpgroup's, 40 the producer's)
-WS_BLOCK_M, WS_BLOCK_K, WS_MAXNREG = 128, 128, 168
-WS_WIDE_BLOCK_N = 192  # its wide tile (a 128- and a 64-column piece), the one block_n that is no power of two
+# The warp-specialized kernel's fixed tile and K step, and its launch's register cap (ptxas's per thread of the 12
+# warps, which the partitions redistribute: 232 each consumer warpgroup's, 40 the producer's). Wider tiles took
+# longer (2026-12-07): 256 columns 1.4x the time in a probe on an H200, 192 columns (a 128- and a 64-column piece)
+# 1.07-1.23x at prefill on an H100 (docs/heuristics.md).
+WS_BLOCK_M, WS_BLOCK_N, WS_BLOCK_K, WS_MAXNREG = 128, 128, 128, 168
 # Rows per expert and K from which it runs: on an H200 it took 0.86-0.95x the tiled kernel's time with 128 or more
 # rows per expert and K >= 2048 (DeepSeek-V3 w1 at T=8192 1.00x), 1.08x on DeepSeek-V3 w1 at 64 rows per expert
 # (T=2048), and its probe 1.02x at K = 768 on an H100 (2026-12-07, docs/heuristics.md)
@@ -126,7 +127,7 @@ def _check_constraint(name: str, key: str, value) -> None:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be a positive int, got {value!r}")
-    if key in _POWER_OF_TWO_KEYS and value & (value - 1) and not (name == "block_n" and value == WS_WIDE_BLOCK_N):
+    if key in _POWER_OF_TWO_KEYS and value & (value - 1):
         raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be a power of two, got {value}")
     if key.startswith("block_") and value < 16:
         raise InapplicableConstraintError(f"opt_flags_constraints: {name} must be at least 16 (tl.dot), got {value}")
@@ -333,7 +334,6 @@ class TileProblem:
     k_group: int = 0                 # K values that share a scale applied per K step (fp8 128 x 128 blocks), or 0
     x_mx: bool = False               # x's scales apply to its values (mxfp8 x, upcast in registers)
     scale_block_k: int = MX_BLOCK    # K values per scale of an operand whose scales apply to its values
-    w_scale_block_n: int = 0         # w's columns per scale where its scales apply per K step (128, or 1), or 0
 
 
 def format_facts(x_fmt, w_fmt, y_fmt) -> dict:
@@ -413,31 +413,22 @@ def make_opt_flags(p: TileProblem) -> OptFlags:
 
 
 def _warp_specialized_flags(p: TileProblem, constrained: dict) -> OptFlags:
-    """The warp-specialized kernel's launch: 128 columns in 4 slots unless constrained; raises
+    """The warp-specialized kernel's launch: 128 x 128 tiles in 4 slots unless constrained; raises
     InapplicableConstraintError where the call or the constraints do not fit it."""
-    flags = replace(OptFlags(WS_BLOCK_M, 128, WS_BLOCK_K, group_m=1, num_warps=4, num_stages=4,
+    flags = replace(OptFlags(WS_BLOCK_M, WS_BLOCK_N, WS_BLOCK_K, group_m=1, num_warps=4, num_stages=4,
                              warp_specialized=True), **constrained)
     if p.ws_blocker is not None:
         raise InapplicableConstraintError(f"warp_specialized=True: {p.ws_blocker}")
     if p.bitwise_invariant:
         raise InapplicableConstraintError("warp_specialized=True: precision_config.enforce_bitwise_invariance keeps "
                                           "the tiled kernel's arithmetic for every shape; drop one of the two")
-    fixed = dict(block_m=WS_BLOCK_M, block_k=WS_BLOCK_K, group_m=1, num_warps=4, split_k=1, persistent=False,
-                 swap_ab=False, wait_mma=False, maxnreg=None, fallback_tiles=())
+    fixed = dict(block_m=WS_BLOCK_M, block_n=WS_BLOCK_N, block_k=WS_BLOCK_K, group_m=1, num_warps=4, split_k=1,
+                 persistent=False, swap_ab=False, wait_mma=False, maxnreg=None, fallback_tiles=())
     for key, value in fixed.items():
         if getattr(flags, key) != value:
-            raise InapplicableConstraintError(f"warp_specialized=True fixes {key}={value!r} (the kernel's tile rows, "
-                                              f"K step and launch), got {getattr(flags, key)!r}: drop {key}")
-    if flags.block_n not in (128, WS_WIDE_BLOCK_N):  # (N is a multiple of 128: the blocker checks; a wide tile may
-        # stop at N)
-        raise InapplicableConstraintError(f"warp_specialized=True: block_n={flags.block_n} must be 128 or "
-                                          f"{WS_WIDE_BLOCK_N}; use block_n=128")
-    if flags.block_n == WS_WIDE_BLOCK_N and p.w_scale_block_n != 128:  # (per-column scales spill there, offline)
-        raise InapplicableConstraintError("warp_specialized=True: block_n=192 takes w's scales per 128 columns, and "
-                                          "these are per column (interleaved gate and linear columns); use "
-                                          "block_n=128")
-    w_rows = 256 if flags.block_n == WS_WIDE_BLOCK_N else flags.block_n  # (a slot's w rows: a power of two)
-    slot_bytes = (WS_BLOCK_M + w_rows) * WS_BLOCK_K  # (e4m3: a byte a value)
+            raise InapplicableConstraintError(f"warp_specialized=True fixes {key}={value!r} (the kernel's tile, K "
+                                              f"step and launch), got {getattr(flags, key)!r}: drop {key}")
+    slot_bytes = (WS_BLOCK_M + WS_BLOCK_N) * WS_BLOCK_K  # (e4m3: a byte a value)
     if not 2 <= flags.num_stages <= _WS_SHARED_BYTES // slot_bytes:
         raise InapplicableConstraintError(f"warp_specialized=True: num_stages={flags.num_stages} slots of {slot_bytes} "
                                           f"bytes must number 2 to {_WS_SHARED_BYTES // slot_bytes} (shared memory)")
@@ -493,9 +484,6 @@ def _tile_problem(flags: OptFlags, itemsize: int, reduction_n: int, w_mx_layout:
                   y_scale_block: int, k_group: int = 0, x_mx: bool = False, scale_block_k: int = MX_BLOCK
                   ) -> str | None:
     """Why the operands cannot take this tile's block sizes, or None."""
-    if flags.block_n & (flags.block_n - 1) and not flags.warp_specialized:
-        return (f"block_n={flags.block_n} is the warp-specialized kernel's tile (fp8e4m3_b128 on sm_90: add "
-                f"warp_specialized=True); the tiled and persistent kernels take powers of two")
     if y_scale_block and (flags.block_n // reduction_n) % y_scale_block:
         return (f"block_n={flags.block_n}: an output with a scale per {y_scale_block} columns needs block_n // "
                 f"reduction_n to be a multiple of {y_scale_block}")

@@ -307,8 +307,7 @@ def _gluon_activation(a):
 
 
 # The warp-specialized kernel (fp8e4m3_b128, Gluon): its partitions take every parameter too, then the shared-memory
-# slots and barriers. Tiles are 128 rows and 128-deep K steps; BLOCK_N columns (128, or 192 with w's scales per 128
-# columns) and STAGES slots are the launch's.
+# slots and barriers. Tiles are 128 x 128 (BLOCK_N) with 128-deep K steps; STAGES slots are the launch's.
 WARP_SPECIALIZED = (
     (Param("Y", lambda a: a.out), Param("stride_y_m", lambda a: a.out.stride(-2)),
      Param("stride_y_n", lambda a: a.out.stride(-1))),
