@@ -57,7 +57,7 @@ def sweep(weight_format, cases=None, tiles=None):
 def parse_tile(text):
     """"16x128x128x8x3" -> its opt_flags_constraints; "w" adds wait_mma=True, "p" persistent=True, "t" swap_ab
     (else False, as split_k else 1: no tile keys, so the heuristic's would stay), "s2" split_k=2, "r128" maxnreg=128,
-    "g" the warp-specialized kernel (fp8e4m3_b128: 128xBNx128x4xSTAGES; else False) (in that order)."""
+    "g" the warp-specialized kernel (fp8e4m3_b128: 128x128x128x4xSTAGES; else False) (in that order)."""
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)x(\d+)(w?)(p?)(t?)(?:s(\d+))?(?:r(\d+))?(g?)", text)
     if match is None:
         raise SystemExit(f"--tiles: cannot read {text!r}; write BMxBNxBKxWARPSxSTAGES[w][p][sSPLIT][rMAXNREG][g]")
