@@ -458,15 +458,17 @@ def relative_errors(output, reference) -> tuple[float, float] | None:
 
 def markdown_table(rows) -> str:
     """results.csv rows as markdown: per case ogsgen's CUDA-graph time, TF/s and TB/s, each peer's time and
-    peer / ogsgen (> 1: ogsgen is faster); then per weight format the geometric mean and the minimum of
-    triton_kernels / ogsgen over the MoE cases."""
+    peer / ogsgen (> 1: ogsgen is faster); then per weight format the geometric mean and the minimum of each
+    peer / ogsgen over the MoE cases, and for fp8 formats of each peer / ogsgen's GEMM alone ("ogsgen, e4m3 x": on x
+    quantized beforehand, as the peers take it)."""
     graph = {(r["case"], r["impl"]): float(r["graph_us"]) for r in rows if r["graph_us"] not in ("", None)}
     ours = {r["case"]: r for r in rows if r["impl"] == "ogsgen" and (r["case"], "ogsgen") in graph}
     columns = ("triton_kernels", "vllm", "torch", "deepgemm")
     lines = ["| case | ogsgen graph µs | TF/s | TB/s | triton_kernels µs | tk / ogsgen | vLLM fused_moe µs "
              "| vLLM / ogsgen | torch µs | torch / ogsgen | DeepGEMM µs | DeepGEMM / ogsgen | dense cuBLAS TF/s "
              "| ogsgen / dense |", "|---" * 14 + "|"]
-    ratios = {}  # (peer column, weight format): peer / ogsgen over the MoE cases
+    ratios = {}  # (peer, weight format, against): peer / ogsgen (or its GEMM alone) over the MoE cases
+    alone = " / ogsgen's GEMM alone (x quantized beforehand, as the peer takes it)"
     for case, row in ours.items():
         t = graph[(case, "ogsgen")]
         cells = {}
@@ -474,7 +476,10 @@ def markdown_table(rows) -> str:
             if (case, impl) in graph:
                 cells[column] = f"{graph[(case, impl)]:.1f} | {graph[(case, impl)] / t:.2f}"
                 if "T=" in case and column != "torch":
-                    ratios.setdefault((impl, case.split()[-2]), []).append(graph[(case, impl)] / t)
+                    ratios.setdefault((impl, case.split()[-2], " / ogsgen"), []).append(graph[(case, impl)] / t)
+                    if (case, "ogsgen, e4m3 x") in graph:
+                        ratios.setdefault((impl, case.split()[-2], alone), []).append(
+                            graph[(case, impl)] / graph[(case, "ogsgen, e4m3 x")])
         dense = graph.get((case, "dense cuBLAS"))  # same flops: the TF/s ratio is the time ratio
         dense_cells = (f"{float(row['tflops']) * t / dense:.1f} | {dense / t:.2f}" if dense else "n/a | n/a")
         lines.append(f"| {case} | {t:.1f} | {float(row['tflops']):.1f} | {float(row['tbps']):.2f} | "
@@ -491,9 +496,9 @@ def markdown_table(rows) -> str:
     if replaced:
         lines.append(f"- ogsgen MX binaries with the wgmma register hazard, run instead as (fallback tile, or wait): "
                      f"{'; '.join(replaced)}")
-    for (peer, weight_format), values in ratios.items():
+    for (peer, weight_format, against), values in ratios.items():
         geomean = math.exp(sum(math.log(v) for v in values) / len(values))
-        lines.append(f"- {weight_format} MoE, {len(values)} cases: {peer} / ogsgen geometric mean "
+        lines.append(f"- {weight_format} MoE, {len(values)} cases: {peer}{against} geometric mean "
                      f"{geomean:.2f}, minimum {min(values):.2f}")
     return "\n".join(lines) + "\n"
 

@@ -43,6 +43,25 @@ def test_markdown_table_ratios_and_geometric_means():
     assert "mxfp4 MoE" not in table
 
 
+def test_fp8_means_against_the_gemm_alone_too():
+    """The peers take x quantized beforehand: beside the means against ogsgen's call (which quantizes x), the means
+    against its GEMM alone on such x ("ogsgen, e4m3 x"), as like for like."""
+    rows = [_row("DeepSeek-V3 w1 fp8e4m3_b128 T=2048", "ogsgen", "100.0", "300", "1.0"),
+            _row("DeepSeek-V3 w1 fp8e4m3_b128 T=2048", "ogsgen, e4m3 x", "80.0"),
+            _row("DeepSeek-V3 w1 fp8e4m3_b128 T=2048", "vLLM fused_moe", "120.0"),
+            _row("DeepSeek-V3 w1 fp8e4m3_b128 T=2048", "DeepGEMM contiguous", "60.0"),
+            _row("DeepSeek-V3 w1 fp8e4m3_b128 T=8192", "ogsgen", "400.0", "300", "1.0"),
+            _row("DeepSeek-V3 w1 fp8e4m3_b128 T=8192", "ogsgen, e4m3 x", "360.0"),
+            _row("DeepSeek-V3 w1 fp8e4m3_b128 T=8192", "vLLM fused_moe", "480.0")]
+    table = markdown_table(rows)
+    assert "- fp8e4m3_b128 MoE, 2 cases: vLLM fused_moe / ogsgen geometric mean 1.20, minimum 1.20" in table
+    assert ("- fp8e4m3_b128 MoE, 2 cases: vLLM fused_moe / ogsgen's GEMM alone (x quantized beforehand, as the peer "
+            "takes it) geometric mean 1.41, minimum 1.33") in table
+    assert ("- fp8e4m3_b128 MoE, 1 cases: DeepGEMM contiguous / ogsgen's GEMM alone (x quantized beforehand, as the "
+            "peer takes it) geometric mean 0.75, minimum 0.75") in table
+    assert "GEMM alone" not in markdown_table([r for r in rows if r["impl"] != "ogsgen, e4m3 x"])
+
+
 def test_outputs_off_the_reference_are_listed_under_the_table():
     rows = [_row("gpt-oss w1 mxfp4 T=8192", "ogsgen", "3000.0", "300", "0.4", rms_err="4.00e-03"),
             _row("gpt-oss w1 mxfp4 T=8192", "triton_kernels", "2500.0", rms_err="9.40e-02"),
