@@ -1,10 +1,14 @@
-"""Probe, no GPU needed: a warp-specialized design for e4m3 x with mxfp4 w, compiled for sm_90 offline.
+"""Probe: a warp-specialized design for e4m3 x with mxfp4 w, compiled for sm_90 offline (no GPU), or run (--run).
 
-    PYTHONPATH=. python bench/probes/ws_e4m3x_mxfp4_offline.py
+    PYTHONPATH=. python bench/probes/ws_e4m3x_mxfp4_offline.py [--run M N K]
 
 A dense prototype, not a matmul_ogs kernel: it has not run, and its outputs are not checked. It asks whether the
-design fits Hopper's registers and how many instructions each partition issues per K step. Per 128 x 128 output
-tile and 128-deep K step:
+design fits Hopper's registers and how many instructions each partition issues per K step. ``--run`` (a Hopper GPU;
+M, N multiples of 128, K of 128) also launches it on random e4m3 x and mxfp4 w whose scale codes lie within 9 of
+each other (every tile folds), prints its error against a float32 reference, and times it (CUDA graphs) against
+matmul_ogs on the same values with e4m3 x (hopper_fp8 weights) and with bf16 x (hopper weights). Per 128 x 128
+output tile and 128-deep K step:
+
 - a loader warp copies x's e4m3 tile [128, 128] and w's e2m1 bytes [128, 64] (strided: a byte holds two K
   values) into one of 3 slots by TMA;
 - a converter warpgroup turns w's bytes into e4m3 values in a second shared-memory slot [128, 128]. It uses the
@@ -123,7 +127,9 @@ def ws_e4m3x_mxfp4(XDesc, WQDesc, WS, Top, Y, N, K):
 
 
 def main():
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=int, nargs=3, metavar=("M", "N", "K"), help="also launch and time it (GPU)")
+    args = parser.parse_args()
     x_layout = gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv)
     wq_layout = gl.NVMMASharedLayout.get_default_for([128, 64], gl.uint8)
     signature = {"XDesc": f"tensordesc<fp8e4nv[128, 128],{x_layout!r}>",
@@ -139,6 +145,47 @@ def main():
         opcodes = Counter(re.sub(r"^@!?U?P[T0-9]+\s+", "", text).split()[0].split(".")[0] for _, text in body)
         print(f"{partition} K loop: {len(body)} instructions: "
               + " ".join(f"{op} {n}" for op, n in opcodes.most_common(12)))
+    if args.run:
+        run_on_gpu(*args.run)
+
+
+def run_on_gpu(m: int, n: int, k: int):
+    """Launch the prototype on random operands, check it against float32 and time it against matmul_ogs."""
+    import torch
+    from triton.testing import do_bench_cudagraph
+
+    import ogsgen
+    from ogsgen.numerics.gluon_hopper import hopper_descriptor
+    from ogsgen.numerics.layouts import swizzle_mx_values
+    from ogsgen.numerics.mx import decode_e2m1
+
+    torch.manual_seed(0)
+    x = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    values = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")  # (N, K / 2): two K values a byte
+    scales = torch.randint(118, 127, (n, k // 32), dtype=torch.uint8, device="cuda")
+    top = scales.amax(1).int()
+    y = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    x_desc = hopper_descriptor(x, [128, 128], gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv))
+    w_desc = hopper_descriptor(values, [128, 64], gl.NVMMASharedLayout.get_default_for([128, 64], gl.uint8))
+    codes = torch.stack([values & 15, values >> 4], -1).flatten(-2).long()
+    w_ref = decode_e2m1(codes).float() * torch.exp2(scales.float() - 127).repeat_interleave(32, 1)
+    reference = x.float() @ w_ref.T
+    e4m3_w, bf16_w = (swizzle_mx_values(values.mT, layout) for layout in ("hopper_fp8", "hopper"))
+    e4m3_pc = ogsgen.PrecisionConfig(weight_scale=scales.mT, act_scale=torch.ones(m, 1, device="cuda"))
+    bf16_pc, x_bf16 = ogsgen.PrecisionConfig(weight_scale=scales.mT), x.bfloat16()
+
+    def prototype():
+        ws_e4m3x_mxfp4[(m // 128, n // 128)](x_desc, w_desc, scales, top, y, n, k, num_warps=4, maxnreg=152)
+        return y
+
+    calls = {"prototype": prototype,
+             "matmul_ogs, e4m3 x": lambda: ogsgen.matmul_ogs(x, e4m3_w, None, precision_config=e4m3_pc),
+             "matmul_ogs, bf16 x": lambda: ogsgen.matmul_ogs(x_bf16, bf16_w, None, precision_config=bf16_pc)}
+    for name, call in calls.items():
+        out = call().float()
+        rms = ((out - reference).pow(2).mean() / reference.pow(2).mean()).sqrt().item()
+        us = do_bench_cudagraph(call) * 1e3
+        print(f"{name:20s} relative rms error {rms:.1e}  {us:9.1f} us  {2 * m * n * k / us / 1e6:7.1f} TF/s")
 
 
 def _partition_loops(sass: str):
