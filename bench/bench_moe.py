@@ -13,7 +13,8 @@ mxfp4-mxfp8x: x in mxfp8 (e8m0 scales per 32 of K), each quantized before the ti
 fp8e4m3_b128 and fp8e4m3_channel (opt in: a checkpoint's fp8 weights, x quantized by the call, and the GEMM alone on x
 quantized beforehand, "ogsgen, e4m3 x"; fp8e4m3: one scale per
 expert and one for x, quantized beforehand; fp8 cuBLAS as yardstick and ceiling; b128's w1 also writes its rows
-as e4m3 for w2, fused or by a quantize_fp8 pass). Peers, in the same
+as e4m3 for w2, fused or by a quantize_fp8 pass); --layers: whole fp8e4m3_b128 layers (layer_cases: w1 with
+SiLU-and-mul, h in e4m3, w2 summed over the top k) against vLLM's pieces. Peers, in the same
 process: triton_kernels' matmul_ogs (its Hopper mxfp4 layouts), vLLM's fused_moe Triton kernel (bf16, and fp8 w8a8
 with 128 x 128 blocks on x quantized beforehand; vLLM's default config, the expert alignment precomputed; w2 weights
 each row by its gate, then a sum over the top-k), DeepGEMM's grouped fp8 GEMMs (fp8e4m3_b128: contiguous, and
@@ -399,6 +400,78 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     yield "reference", lambda: moe_reference(x_ref, expert_w, n, rd, **kwargs), None, None
 
 
+LAYER_MODELS = ("DeepSeek-V3", "Qwen3-30B-A3B")  # their w1 and w2 in MOE_SHAPES
+
+
+def layer_cases(model, tokens, vllm, lib=ogsgen, dims=None, device="cuda"):
+    """(implementation, call, flops, bytes moved) of a whole fp8e4m3_b128 MoE layer, then its references: x
+    quantized per row and 128 columns, w1 on the gathered rows with SiLU-and-mul (silu(gate) * up, the checkpoint's
+    gate and up concatenated), h quantized per row and 128 columns, w2 times the gates, summed per token. ogsgen:
+    two matmul_ogs calls, w1 writing e4m3 h and its scales. vLLM's pieces: its fused_moe kernel for w1 and for w2
+    (times the gates), and for what vLLM runs as kernels of its own, ogsgen's quantize_fp8 (its per-token-group
+    quantization), torch.compile's SiLU-and-mul and torch's sum over the top k. The routing is outside both (vLLM's
+    alignment computed beforehand). ``dims``: (E, top_k, hidden, intermediate) instead of the model's (tests)."""
+    n_expts, top_k, hidden, inter = dims or (*MOE_SHAPES[f"{model} w1"][:3], MOE_SHAPES[f"{model} w2"][2])
+    seed_case(model, "layer", tokens)
+    logits = torch.randn(tokens, n_expts, device=device)
+    x = torch.randn(tokens, hidden, device=device).bfloat16()
+    # checkpoint order (E, out, in), gate then up along w1's out, as vLLM reads them
+    w1 = lib.prepare_expert_weights(torch.randn(n_expts, 2 * inter, hidden, device=device).bfloat16()
+                                    / hidden ** 0.5, format="fp8e4m3_b128")
+    w2 = lib.prepare_expert_weights(torch.randn(n_expts, hidden, inter, device=device).bfloat16() / inter ** 0.5,
+                                    format="fp8e4m3_b128")
+    w13 = lib.prepare_expert_weights(w1.w.mT, weight_scale=w1.weight_scale.mT, gate_up="concatenated",
+                                     format="fp8e4m3_b128")  # the same values, ordered for the fused activation
+    rd, gi, si = lib.routing(logits, top_k)
+    h_scales = torch.empty(tokens * top_k, inter // FP8_BLOCK, device=device)
+    w13_pc, w2_pc = w13.precision_config(out_scale=h_scales), w2.precision_config(act_scale=h_scales)
+    silu_and_mul = lib.FusedActivation(lib.silu_and_mul)
+
+    def ogsgen_layer():
+        h = lib.matmul_ogs(x, w13.w, None, rd, gather_indx=gi, fused_activation=silu_and_mul, precision_config=w13_pc)
+        return lib.matmul_ogs(h, w2.w, None, rd, scatter_indx=si, gammas=rd.gate_scal, precision_config=w2_pc)
+
+    chosen = torch.topk(logits, top_k, dim=1)
+    topk_ids, gates = chosen.indices.to(torch.int32), torch.softmax(chosen.values, dim=1)
+    config = vllm.get_fp8_block_config(tokens) if vllm is not None else None
+    alignment = vllm.prepare_expert_assignment(topk_ids, config, tokens, top_k, n_expts) if vllm is not None else None
+    flat_gates, flat_experts = gates.reshape(-1).contiguous(), topk_ids.reshape(-1).long()
+    act = torch.compile(lambda a: torch.nn.functional.silu(a[:, :inter]) * a[:, inter:])
+    a1 = torch.empty(tokens, top_k, 2 * inter, device=device, dtype=torch.bfloat16)
+    y2 = torch.empty(tokens * top_k, 1, hidden, device=device, dtype=torch.bfloat16)
+
+    def vllm_layer():
+        x8, x_scale = lib.numerics.quantize_fp8(x, (1, FP8_BLOCK))
+        vllm.invoke_fused_moe_kernel(x8, w1.w.mT, a1, None, *alignment, False, top_k, config, x_scale,
+                                     w1.weight_scale.mT)
+        h8, h_scale = lib.numerics.quantize_fp8(act(a1.view(-1, 2 * inter)), (1, FP8_BLOCK))
+        vllm.invoke_fused_moe_kernel(h8, w2.w.mT, y2, flat_gates, *alignment, True, 1, config, h_scale,
+                                     w2.weight_scale.mT)  # (h's rows are the gates t * top_k + j: top_k 1)
+        return y2.view(tokens, top_k, hidden).sum(1)
+
+    def reference(h_via_bf16: bool):
+        """Float32, one expert at a time; h quantized from float32 (as ogsgen's w1 does) or, ``h_via_bf16``, from
+        w1's output rounded to bf16 and SiLU-and-mul's too (as vLLM's pieces do)."""
+        gate_rows = torch.arange(tokens * top_k, device=device)  # gate t * top_k + j: token t's j-th expert
+        a = expert_products(fp8_as_computed(x, "fp8e4m3_b128"), gate_rows // top_k, flat_experts,
+                            lambda e: dequantized_expert(w1, e), 2 * inter)
+        a = a.bfloat16().float() if h_via_bf16 else a
+        h = torch.nn.functional.silu(a[:, :inter]) * a[:, inter:]
+        h = dequantize_fp8_torch(*quantize_fp8_torch(h.bfloat16().float() if h_via_bf16 else h, (1, FP8_BLOCK)),
+                                 (1, FP8_BLOCK))
+        y = expert_products(h, gate_rows, flat_experts, lambda e: dequantized_expert(w2, e), hidden)
+        return (y.view(tokens, top_k, hidden) * gates[:, :, None]).sum(1)
+
+    active = int((rd.expt_hist > 0).sum())
+    flops = 2 * tokens * top_k * 3 * hidden * inter
+    bytes_moved = tokens * hidden * 2 * 2 + active * 3 * hidden * inter
+    yield "ogsgen", ogsgen_layer, flops, bytes_moved
+    yield "reference ogsgen", lambda: reference(False), None, None
+    if vllm is not None:
+        yield "vLLM fused_moe", vllm_layer, flops, bytes_moved
+        yield "reference vLLM fused_moe", lambda: reference(True), None, None
+
+
 def dense_cases(m, n, k, tk, lib=ogsgen):
     seed_case(m, n, k)
     x = torch.randn(m, k, device="cuda").bfloat16()
@@ -563,7 +636,9 @@ def main():
     parser.add_argument("--out", type=Path)
     parser.add_argument("--table-from", type=Path, metavar="DIR", help="write DIR/table.md from DIR/results.csv")
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 32, 256, 2048, 8192])
-    parser.add_argument("--shapes", nargs="+", default=list(MOE_SHAPES))
+    parser.add_argument("--shapes", nargs="*", default=list(MOE_SHAPES), help="MoE shapes (none: only --layers)")
+    parser.add_argument("--layers", nargs="*", default=[], choices=LAYER_MODELS,
+                        help="also the whole fp8e4m3_b128 layer of these models against vLLM's pieces")
     parser.add_argument("--formats", nargs="+", default=["bf16", "bf16-kmajor", "mxfp4"])
     parser.add_argument("--no-dense", action="store_true")
     parser.add_argument("--l2", choices=("cold", "warm"), default="cold",
@@ -592,6 +667,12 @@ def main():
                                      fp8=weight_format in FP8_DOTS, l2=args.l2)
                 write_csv(rows, args.out / "results.csv")  # what is measured so far survives a later failure
                 torch.cuda.empty_cache()
+    for model in args.layers:
+        for tokens in args.tokens:
+            rows += measure_case(f"{model} fp8e4m3_b128-layer T={tokens}", layer_cases(model, tokens, vllm),
+                                 ceilings, fp8=True, l2=args.l2)
+            write_csv(rows, args.out / "results.csv")
+            torch.cuda.empty_cache()
     if not args.no_dense:
         for m, n, k in DENSE_SHAPES:
             rows += measure_case(f"dense bf16 {m}x{n}x{k}", dense_cases(m, n, k, tk), ceilings, l2=args.l2)

@@ -294,6 +294,28 @@ def test_the_vllm_peers_fp8_block_launch_computes_its_reference(mode, device, mo
     assert rms < 4e-3 and largest < 1e-2  # its bf16 output's rounding
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not VLLM_KERNEL.is_file(), reason="vLLM's kernel is not fetched: python bench/fetch_peers.py "
+                                                      "third_party")
+def test_the_fp8_layer_and_vllms_pieces_compute_their_references(device, monkeypatch):
+    """The whole fp8e4m3_b128 layer, as ogsgen runs it and as vLLM's pieces do, each within the bench's error limit
+    of its float32 reference (h quantized from float32, or from bf16 as vLLM's pieces do); the two references differ
+    only where h's bf16 rounding crosses an e4m3 step."""
+    monkeypatch.syspath_prepend(str(VLLM_KERNEL.parent))
+    monkeypatch.delitem(sys.modules, "vllm_peer_launch", raising=False)  # (imported before without the kernel)
+    import bench_moe
+    items = {impl: fn for impl, fn, _, _ in bench_moe.layer_cases("Qwen3-30B-A3B", 6, bench_moe.vllm_or_none(),
+                                                                   dims=(4, 2, 256, 256), device=device)}
+    assert set(items) == {"ogsgen", "reference ogsgen", "vLLM fused_moe", "reference vLLM fused_moe"}
+    for impl in ("ogsgen", "vLLM fused_moe"):
+        output, reference = items[impl](), items[f"reference {impl}"]()
+        assert output.shape == reference.shape == (6, 256) and reference.abs().max() > 0.1
+        rms, _ = bench_moe.relative_errors(output, reference)
+        assert rms < 5e-3, impl  # the bf16 output's rounding (about 2.4e-3)
+    rms, _ = bench_moe.relative_errors(items["reference ogsgen"](), items["reference vLLM fused_moe"]())
+    assert 5e-3 < rms < 5e-2  # (1.2e-2 here: so each implementation is held to its own)
+
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = sorted(p.relative_to(BENCH).as_posix() for p in [*BENCH.glob("*.py"), *BENCH.glob("probes/*.py")])
 

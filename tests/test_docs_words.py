@@ -93,8 +93,9 @@ def test_every_probe_is_named_where_it_backs_a_rule():
 def test_bench_stays_the_products_size():
     python_lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "bench").rglob("*.py"))
     # (2000, then 2200 from 2026-12-07 with vLLM's fp8 block path, 2400 with DeepGEMM, 2450 with the fp8 words' GPU
-    # timing and the hopper_fp8 layout in the offline check, 2600 with the warp-specialized fp8 block kernel's probe)
-    assert python_lines < 2600
+    # timing and the hopper_fp8 layout in the offline check, 2600 with the warp-specialized fp8 block kernel's probe,
+    # 2700 with the whole fp8 layer against vLLM's pieces)
+    assert python_lines < 2700
     assert sum(p.stat().st_size for p in RESULTS.rglob("*") if p.is_file()) < 2 * 2 ** 20
     assert not [p for p in RESULTS.rglob("*") if p.suffix in (".py", ".sh")]  # scripts live outside results/
     assert len((ROOT / "docs" / "gpu_runs.md").read_text().splitlines()) < 120
