@@ -218,10 +218,10 @@ def seed_case(*key) -> None:
     torch.manual_seed(zlib.crc32(repr(key).encode()))
 
 
-def case_logits(name, tokens) -> torch.Tensor:
+def case_logits(name, tokens, n_expts=None, device="cuda") -> torch.Tensor:
     """The router's logits of a MoE case, the first draw from its seed (so its routing in every run and probe)."""
     seed_case(name, tokens)
-    return torch.randn(tokens, MOE_SHAPES[name][0], device="cuda")
+    return torch.randn(tokens, n_expts or MOE_SHAPES[name][0], device=device)
 
 
 def fp8_as_computed(x, weight_format):
@@ -259,15 +259,16 @@ def moe_reference(x, expert_w, n, routing_data, gather_indx=None, scatter_indx=N
     return y
 
 
-def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=None, deep_gemm=None):
+def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=None, deep_gemm=None, dims=None,
+              device="cuda"):
     """(implementation, call, flops, bytes moved) of one MoE case, then its references; ``logits``: the router's
     (tokens, experts) logits, the case's own (``case_logits``) unless given (a probe's chosen routing); ``lib``: the
     ogsgen package whose calls are timed (a probe imports an earlier tree's under another name); ``vllm``: the
     vLLM peer's launcher module (vllm_or_none), timed on the bf16 formats and fp8e4m3_b128; ``deep_gemm``:
-    DeepGEMM's module (deep_gemm_or_none), timed on fp8e4m3_b128."""
-    n_expts, top_k, k, n, mode = MOE_SHAPES[name]
-    device = "cuda"
-    drawn = case_logits(name, tokens)  # drawn either way: x and w stay the case's own
+    DeepGEMM's module (deep_gemm_or_none), timed on fp8e4m3_b128; ``dims``: (E, top_k, K, N, mode) instead of the
+    shape's and ``device`` "cpu" (tests: the operands a Hopper GPU would take, through the interpreter)."""
+    n_expts, top_k, k, n, mode = dims or MOE_SHAPES[name]
+    drawn = case_logits(name, tokens, n_expts, device)  # drawn either way: x and w stay the case's own
     logits = drawn if logits is None else logits
     rd, gi, si = lib.routing(logits, top_k)
     rows = tokens * top_k
@@ -278,7 +279,7 @@ def moe_cases(name, tokens, weight_format, tk, logits=None, lib=ogsgen, vllm=Non
     kwargs = dict(gather_indx=gi) if mode == "gather" else dict(scatter_indx=si, gammas=rd.gate_scal.float())
     if weight_format.startswith("mxfp4"):
         values, scales = lib.numerics.quantize_mx(dense_w.mT.contiguous(), "e2m1", axis=-1)
-        hopper = weight_format != "mxfp4-strided" and torch.cuda.get_device_capability()[0] == 9
+        hopper = weight_format != "mxfp4-strided" and (device == "cpu" or torch.cuda.get_device_capability()[0] == 9)
         layout = "hopper_fp8" if weight_format == "mxfp4-e4m3x" else "hopper"
         w = lib.swizzle_mx_values(values.mT, layout) if hopper else values.mT
         # Scales N-contiguous, as prepare_expert_weights stores them; mxfp4-kscales (a probe): K-contiguous.

@@ -294,6 +294,33 @@ def test_the_vllm_peers_fp8_block_launch_computes_its_reference(mode, device, mo
     assert rms < 4e-3 and largest < 1e-2  # its bf16 output's rounding
 
 
+BENCH_FORMATS = ("bf16", "bf16-kmajor", "mxfp4", "mxfp4-e4m3x", "mxfp4-e4m3x-hopper", "mxfp4-mxfp8x", "fp8e4m3_b128",
+                 "fp8e4m3_channel", "fp8e4m3")  # (not the probes' mxfp4-strided and mxfp4-kscales)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["gather", "scatter"])
+@pytest.mark.parametrize("weight_format", BENCH_FORMATS)
+def test_the_benchs_calls_run_on_the_default_catalogs_kernels(weight_format, mode, device, monkeypatch):
+    """Each weight format's MoE calls as the bench makes them (w1's gathered rows, w2's rows scattered with gammas;
+    the layouts a Hopper GPU takes) find their variants built in the default catalog (strict mode: a missing one
+    raises VariantNotBuiltError), and each output is within the bench's limit of its float32 reference."""
+    import bench_moe
+    from ogsgen.runtime import loader
+    monkeypatch.setattr(loader, "_on_demand", False)  # strict mode: only built kernels run
+    items = {impl: fn for impl, fn, _, _ in bench_moe.moe_cases("gpt-oss w1", 4, weight_format, None,
+                                                                dims=(4, 2, 128, 128, mode), device=device)}
+    ours = [impl for impl in items if impl.startswith("ogsgen")]
+    assert ours and ours[0] == "ogsgen"
+    for impl in ours:
+        output = items[impl]()
+        reference = items.get(f"reference {impl}", items["reference"])().float()
+        assert reference.abs().max() > 0.1
+        rms, _ = bench_moe.relative_errors(output, reference)
+        limit = bench_moe.FP8_OUTPUT_ERROR_LIMIT if output.dtype == torch.float8_e4m3fn else bench_moe.ERROR_LIMIT
+        assert rms < limit, impl
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not VLLM_KERNEL.is_file(), reason="vLLM's kernel is not fetched: python bench/fetch_peers.py "
                                                       "third_party")

@@ -160,13 +160,16 @@ def default_catalog() -> Catalog:
         *variant_product([(MXFP8_E4M3, w, y) for w in (MXFP4, MXFP4_HOPPER) for y in (BF16, MXFP8_E4M3)],
                          activations=(swiglu,), ragged=(True,), gather=(True,), bias=(False, True)),
         *variant_product([(MXFP8_E4M3, MXFP4, BF16), (MXFP8_E4M3, MXFP4_HOPPER, BF16)],
+                         ragged=(True,), gather=(True,), bias=(False, True)),  # (w1 with its activation apart)
+        *variant_product([(MXFP8_E4M3, MXFP4, BF16), (MXFP8_E4M3, MXFP4_HOPPER, BF16)],
                          ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
         *variant_product([(MXFP8_E4M3, w, BF16) for w in (BF16, MXFP4, MXFP4_HOPPER, MXFP8_E4M3, FP8_E4M3)],
                          bias=(False, True)),
         # fp8 activations with mxfp4 weights (fp8 tensor cores, the weights converted to e4m3 in the kernel): e4m3 x
         # with a static scale per tensor or a dynamic one per row, gpt-oss's two MoE matmuls and dense calls, in
         # every value layout (hopper_fp8: the one for this x on Hopper).
-        *variant_product(_E4M3_X_MXFP4_W, activations=(swiglu,), ragged=(True,), gather=(True,), bias=(False, True)),
+        *variant_product(_E4M3_X_MXFP4_W, activations=(None, swiglu), ragged=(True,), gather=(True,),
+                         bias=(False, True)),
         *variant_product(_E4M3_X_MXFP4_W, ragged=(True,), scatter=(True,), bias=(False, True), gammas=(True,)),
         *variant_product(_E4M3_X_MXFP4_W, bias=(False, True)),
     ]
