@@ -416,11 +416,12 @@ def layer_cases(model, tokens, vllm, lib=ogsgen, dims=None, device="cuda"):
     seed_case(model, "layer", tokens)
     logits = torch.randn(tokens, n_expts, device=device)
     x = torch.randn(tokens, hidden, device=device).bfloat16()
-    # checkpoint order (E, out, in), gate then up along w1's out, as vLLM reads them
-    w1 = lib.prepare_expert_weights(torch.randn(n_expts, 2 * inter, hidden, device=device).bfloat16()
-                                    / hidden ** 0.5, format="fp8e4m3_b128")
-    w2 = lib.prepare_expert_weights(torch.randn(n_expts, hidden, inter, device=device).bfloat16() / inter ** 0.5,
-                                    format="fp8e4m3_b128")
+    # checkpoint order (E, out, in), gate then up along w1's out, as vLLM reads them (drawn in bf16: DeepSeek-V3's
+    # w1 is 15 GB so)
+    w1 = lib.prepare_expert_weights(torch.randn(n_expts, 2 * inter, hidden, device=device, dtype=torch.bfloat16)
+                                    .div_(hidden ** 0.5), format="fp8e4m3_b128")
+    w2 = lib.prepare_expert_weights(torch.randn(n_expts, hidden, inter, device=device, dtype=torch.bfloat16)
+                                    .div_(inter ** 0.5), format="fp8e4m3_b128")
     w13 = lib.prepare_expert_weights(w1.w.mT, weight_scale=w1.weight_scale.mT, gate_up="concatenated",
                                      format="fp8e4m3_b128")  # the same values, ordered for the fused activation
     rd, gi, si = lib.routing(logits, top_k)
